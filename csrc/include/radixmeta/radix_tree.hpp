@@ -1,0 +1,669 @@
+// radixmeta's core: a compressed radix tree over uint32 token ids.
+//
+// Header-only C++17 with no Python dependency. One class serves both the
+// worker's KV cache (values per token, locks, eviction) and, later, the
+// router's meta-tree (per-node location sets, no values).
+//
+// Rules shared with the pure-Python reference (radixmeta/_reference.py); the
+// tests drive both side by side and require identical results:
+//  * Keys are cut down to whole pages of page_size tokens before use.
+//  * A logical clock advances by one at the start of every match_prefix and
+//    insert; nodes on the walked path take that stamp as their last access.
+//  * match_prefix adds one to the hit count of every node on the matched path
+//    and splits the edge where the match ends inside it.
+//  * Every new node (a new leaf, or the upper half of a split) takes the next
+//    serial number. The upper half of a split copies the lock count, hit
+//    count, last access, creation stamp, priority and locations of the node
+//    it was cut from; the lower half keeps its id, so handles to it stay valid.
+//  * The eviction order is ascending by key: lru (last access, serial),
+//    lfu (hit count, last access, serial), fifo (creation, serial), priority
+//    (priority, last access, serial). Serials are unique, so ties cannot occur.
+//
+// There is no clock, randomness or callback into foreign code besides an
+// optional TreeObserver that sees stored and removed nodes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "children.hpp"
+#include "label_arena.hpp"
+#include "location_set.hpp"
+#include "node_pool.hpp"
+
+namespace radixmeta {
+
+inline constexpr uint32_t kNoNode = UINT32_MAX;
+inline constexpr uint64_t kNoCapacity = UINT64_MAX;
+
+enum class EvictionPolicy : uint8_t { kLru = 0, kLfu = 1, kFifo = 2, kPriority = 3 };
+
+struct Node {
+  uint32_t parent = kNoNode;
+  uint32_t generation = 0;
+  uint32_t chunk = 0;   // label = arena slice (chunk, offset, length)
+  uint32_t offset = 0;
+  uint32_t length = 0;  // tokens on the edge into this node
+  uint32_t lock_count = 0;
+  uint32_t hit_count = 0;
+  uint32_t heap_pos = kNoNode;  // position in the evictable-leaf heap, if there
+  uint32_t depth = 0;           // tokens from the root to the end of this node
+  uint32_t ns = 0;              // namespace id of the root this node hangs from
+  int64_t priority = 0;
+  uint64_t last_access = 0;
+  uint64_t created = 0;
+  uint64_t serial = 0;
+  LocationSet locations;
+  Children children;
+  bool alive = false;
+  bool is_root = false;
+};
+
+struct MatchOutcome {
+  uint32_t node;
+  uint64_t length;
+};
+
+struct InsertOutcome {
+  uint64_t prefix_length = 0;  // tokens that were already cached
+  bool fits = true;            // false: capacity could not be met, nothing changed
+  uint64_t new_tokens = 0;     // tokens the insert would add
+  uint64_t evictable = 0;      // when !fits: evictable tokens besides the insert's own path
+};
+
+struct TreeStats {
+  uint64_t lookups = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t inserted_tokens = 0;
+  uint64_t evicted_tokens = 0;
+};
+
+class RadixTree;
+
+// Sees every node that becomes cached (after it is linked) and every node
+// about to be removed (while its path can still be read), and resets.
+class TreeObserver {
+ public:
+  virtual ~TreeObserver() = default;
+  virtual void stored(const RadixTree& tree, uint32_t node) = 0;
+  virtual void removed(const RadixTree& tree, uint32_t node) = 0;
+  virtual void cleared(const RadixTree& tree) = 0;
+};
+
+namespace detail {
+
+// Length of the common prefix of a[0..n) and b[0..n). One memcmp settles the
+// common full-hit case at memory speed; a miss narrows down by 64-token blocks.
+inline size_t common_prefix(const Token* a, const Token* b, size_t n) {
+  if (std::memcmp(a, b, n * sizeof(Token)) == 0) return n;
+  constexpr size_t kBlock = 64;
+  size_t i = 0;
+  while (i + kBlock <= n && std::memcmp(a + i, b + i, kBlock * sizeof(Token)) == 0) i += kBlock;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace detail
+
+class RadixTree {
+ public:
+  RadixTree(uint32_t page_size, EvictionPolicy policy, bool store_values = true,
+            uint64_t capacity = kNoCapacity)
+      : page_size_(page_size), policy_(policy), capacity_(capacity), arena_(store_values) {
+    if (page_size == 0) throw std::invalid_argument("radixmeta: page_size must be >= 1");
+    make_root(0);
+  }
+
+  RadixTree(const RadixTree&) = delete;
+  RadixTree& operator=(const RadixTree&) = delete;
+
+  // -- configuration and counters -------------------------------------------
+  uint32_t page_size() const { return page_size_; }
+  EvictionPolicy policy() const { return policy_; }
+  bool store_values() const { return arena_.with_values(); }
+  uint64_t capacity() const { return capacity_; }
+  uint64_t epoch() const { return epoch_; }
+  uint64_t clock() const { return clock_; }
+  uint64_t evictable_size() const { return evictable_; }
+  uint64_t protected_size() const { return protected_; }
+  uint64_t total_size() const { return evictable_ + protected_; }
+  uint64_t node_count() const { return node_count_; }
+  const TreeStats& stats() const { return stats_; }
+  void set_observer(TreeObserver* observer) { observer_ = observer; }
+
+  // -- node access --------------------------------------------------------------
+  bool is_valid(uint32_t id, uint32_t generation) const {
+    return id < nodes_.size() && nodes_[id].alive && nodes_[id].generation == generation;
+  }
+  const Node& node(uint32_t id) const { return nodes_[id]; }
+  const Token* label_tokens(uint32_t id) const {
+    const Node& n = nodes_[id];
+    return arena_.tokens(n.chunk, n.offset);
+  }
+  const Value* label_values(uint32_t id) const {
+    const Node& n = nodes_[id];
+    return arena_.values(n.chunk, n.offset);
+  }
+  // The root of namespace ns, or kNoNode if nothing was ever inserted there.
+  uint32_t root_of(uint32_t ns) const {
+    if (ns == 0) return 0;
+    auto it = roots_.find(ns);
+    return it == roots_.end() ? kNoNode : it->second;
+  }
+
+  // Writes the values of the whole path root..id (node(id).depth of them).
+  void path_values(uint32_t id, Value* out) const {
+    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+      const Node& n = nodes_[w];
+      std::memcpy(out + (n.depth - n.length), arena_.values(n.chunk, n.offset),
+                  size_t{n.length} * sizeof(Value));
+    }
+  }
+  void path_tokens(uint32_t id, Token* out) const {
+    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+      const Node& n = nodes_[w];
+      std::memcpy(out + (n.depth - n.length), arena_.tokens(n.chunk, n.offset),
+                  size_t{n.length} * sizeof(Token));
+    }
+  }
+
+  // -- the operations -------------------------------------------------------------
+  // Longest cached prefix of key[0..n) (cut to whole pages) in namespace ns.
+  MatchOutcome match_prefix(uint32_t ns, const Token* key, size_t n) {
+    n -= n % page_size_;
+    check_length(n);
+    ++clock_;
+    ++stats_.lookups;
+    const uint32_t root = root_of(ns);
+    if (root == kNoNode) return {0, 0};
+    const Walk w = walk<WalkMode::kMatch>(root, key, n, 0);
+    stats_.hit_tokens += w.length;
+    return {w.node, w.length};
+  }
+
+  // Stores key[0..n) (cut to whole pages) with its values (null: the tokens
+  // themselves). Returns how much was already cached. With a capacity, first
+  // evicts to make room; if that is impossible, returns fits=false unchanged.
+  InsertOutcome insert(uint32_t ns, const Token* key, const Value* values, size_t n,
+                       int64_t priority) {
+    n -= n % page_size_;
+    check_length(n);
+    InsertOutcome out;
+    if (capacity_ != kNoCapacity && !make_room(ns, key, n, &out)) return out;
+    ++clock_;
+    uint32_t root = root_of(ns);
+    if (root == kNoNode) root = make_root(ns);
+    const Walk w = walk<WalkMode::kInsert>(root, key, n, priority);
+    out.prefix_length = w.length;
+    if (w.length < n) {
+      add_leaf(w.node, key + w.length, values == nullptr ? nullptr : values + w.length,
+               static_cast<uint32_t>(n - w.length), priority);
+    }
+    return out;
+  }
+
+  // Adds a lock on id and every ancestor below the root.
+  void lock(uint32_t id) {
+    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+      Node& n = nodes_[w];
+      if (n.lock_count == 0) {
+        evictable_ -= n.length;
+        protected_ += n.length;
+        if (n.heap_pos != kNoNode) heap_remove(w);
+      }
+      ++n.lock_count;
+    }
+  }
+
+  void unlock(uint32_t id) {
+    if (!nodes_[id].is_root && nodes_[id].lock_count == 0)
+      throw std::logic_error("radixmeta: node is not locked");
+    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+      Node& n = nodes_[w];
+      if (--n.lock_count == 0) {
+        evictable_ += n.length;
+        protected_ -= n.length;
+        if (n.children.empty()) heap_push(w);
+      }
+    }
+  }
+
+  // Frees unlocked leaves in eviction order until at least num_tokens are
+  // freed or nothing is evictable; appends their values to *freed if given.
+  uint64_t evict(uint64_t num_tokens, std::vector<Value>* freed) {
+    uint64_t done = 0;
+    while (done < num_tokens && !heap_.empty()) {
+      const uint32_t x = heap_[0];
+      heap_remove(x);
+      if (observer_ != nullptr) observer_->removed(*this, x);
+      Node& xn = nodes_[x];
+      if (freed != nullptr && store_values()) {
+        const Value* v = arena_.values(xn.chunk, xn.offset);
+        freed->insert(freed->end(), v, v + xn.length);
+      }
+      const uint32_t p = xn.parent;
+      nodes_[p].children.remove(arena_.tokens(xn.chunk, xn.offset)[0], x);
+      evictable_ -= xn.length;
+      done += xn.length;
+      free_node(x);
+      Node& pn = nodes_[p];
+      if (!pn.is_root && pn.lock_count == 0 && pn.children.empty()) heap_push(p);
+    }
+    stats_.evicted_tokens += done;
+    maybe_compact();
+    return done;
+  }
+
+  // Values freed by capacity-driven eviction in insert, not yet taken.
+  const std::vector<Value>& pending_evicted() const { return pending_evicted_; }
+  void clear_pending_evicted() { pending_evicted_.clear(); }
+
+  // Forgets everything; handles from before are told apart by the epoch.
+  void reset() {
+    if (observer_ != nullptr) observer_->cleared(*this);
+    nodes_.clear();
+    heap_.clear();
+    arena_.clear();
+    roots_.clear();
+    pending_evicted_.clear();
+    ++epoch_;
+    clock_ = serial_ = 0;
+    evictable_ = protected_ = node_count_ = 0;
+    stats_ = TreeStats{};
+    make_root(0);
+  }
+
+  // Leaves of namespace ns, in lexicographic order of their paths.
+  std::vector<uint32_t> leaves_in_order(uint32_t ns) const {
+    std::vector<uint32_t> out;
+    visit_sorted(ns, [&](uint32_t id, uint32_t) {
+      if (nodes_[id].children.empty()) out.push_back(id);
+    });
+    return out;
+  }
+
+  // (node, level) for every node below the root of ns, depth first, siblings
+  // in lexicographic order.
+  std::vector<std::pair<uint32_t, uint32_t>> structure(uint32_t ns) const {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    visit_sorted(ns, [&](uint32_t id, uint32_t level) { out.emplace_back(id, level); });
+    return out;
+  }
+
+  std::vector<uint32_t> namespace_ids() const {
+    std::vector<uint32_t> out{0};
+    for (const auto& entry : roots_) out.push_back(entry.first);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Bytes held by the tree: node blocks, label arena, heap, side tables.
+  size_t memory_usage() const {
+    size_t bytes = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes() +
+                   heap_.capacity() * sizeof(uint32_t) +
+                   pending_evicted_.capacity() * sizeof(Value) +
+                   roots_.size() * 32 + roots_.bucket_count() * sizeof(void*);
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = nodes_[i];
+      if (n.alive) bytes += n.children.heap_bytes() + n.locations.heap_bytes();
+    }
+    return bytes;
+  }
+
+  // O(n) consistency check; throws std::logic_error naming the first violation.
+  void check_invariants() const {
+    uint64_t evictable = 0, protected_tokens = 0, nodes = 0, label_tokens = 0, alive = 0;
+    std::vector<uint32_t> stack;
+    for (uint32_t i = 0; i < nodes_.size(); ++i) alive += nodes_[i].alive ? 1 : 0;
+    for (uint32_t ns : namespace_ids()) {
+      const uint32_t root = root_of(ns);
+      const Node& r = nodes_[root];
+      require(r.alive && r.is_root && r.parent == kNoNode && r.length == 0 && r.depth == 0,
+              "a root is malformed");
+      require(r.heap_pos == kNoNode && r.lock_count == 0, "a root is locked or evictable");
+      stack.push_back(root);
+      while (!stack.empty()) {
+        const uint32_t id = stack.back();
+        stack.pop_back();
+        const Node& n = nodes_[id];
+        uint64_t child_locks = 0;
+        n.children.for_each([&](uint32_t first, uint32_t c) {
+          const Node& cn = nodes_[c];
+          require(cn.alive && !cn.is_root, "a child is not a live node");
+          require(cn.parent == id, "a child's parent link is wrong");
+          require(cn.ns == n.ns, "a child is in another namespace");
+          require(arena_.tokens(cn.chunk, cn.offset)[0] == first, "a child is filed under the wrong key");
+          child_locks += cn.lock_count;
+          stack.push_back(c);
+        });
+        if (n.is_root) continue;
+        ++nodes;
+        label_tokens += n.length;
+        require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
+        require(n.depth == nodes_[n.parent].depth + n.length, "a depth is wrong");
+        require(n.lock_count >= child_locks, "a lock count is below its children's sum");
+        (n.lock_count > 0 ? protected_tokens : evictable) += n.length;
+        const bool evictable_leaf = n.lock_count == 0 && n.children.empty();
+        require(evictable_leaf == (n.heap_pos != kNoNode), "heap membership is wrong");
+        if (n.heap_pos != kNoNode) {
+          require(n.heap_pos < heap_.size() && heap_[n.heap_pos] == id, "a heap position is wrong");
+        }
+      }
+    }
+    require(nodes == node_count_, "node_count is wrong");
+    require(alive == nodes + 1 + roots_.size(), "a live node is unreachable");
+    require(evictable == evictable_, "evictable_size is wrong");
+    require(protected_tokens == protected_, "protected_size is wrong");
+    require(label_tokens == arena_.live_tokens(), "arena live count is wrong");
+    require(arena_.counters_consistent(), "arena counters are inconsistent");
+    for (size_t i = 1; i < heap_.size(); ++i)
+      require(!before(heap_[i], heap_[(i - 1) / 2]), "the eviction heap is out of order");
+  }
+
+ private:
+  enum class WalkMode { kMatch, kInsert, kDry };
+
+  struct Walk {
+    uint32_t node;     // last node fully on the path (after any split)
+    uint64_t length;   // tokens matched
+    uint32_t deepest;  // last node the walk entered, even partly (kDry's guard)
+  };
+
+  static void require(bool ok, const char* what) {
+    if (!ok) throw std::logic_error(std::string("radixmeta invariant violated: ") + what);
+  }
+
+  static void check_length(size_t n) {
+    if (n > UINT32_MAX) throw std::length_error("radixmeta: keys are limited to 2**32 - 1 tokens");
+  }
+
+  uint32_t make_root(uint32_t ns) {
+    const uint32_t id = nodes_.allocate();
+    Node& r = nodes_[id];
+    r.parent = kNoNode;
+    r.alive = r.is_root = true;
+    r.ns = ns;
+    r.length = r.depth = 0;
+    if (ns != 0) roots_.emplace(ns, id);
+    return id;
+  }
+
+  uint32_t find_child(const Node& parent, const Token* key) const {
+    const uint32_t page = page_size_;
+    return parent.children.find(key[0], [&](uint32_t c) {
+      if (page == 1) return true;
+      const Node& cn = nodes_[c];
+      return std::memcmp(arena_.tokens(cn.chunk, cn.offset), key, page * sizeof(Token)) == 0;
+    });
+  }
+
+  template <WalkMode mode>
+  Walk walk(uint32_t root, const Token* key, uint64_t n, int64_t priority) {
+    uint32_t node = root;
+    uint32_t deepest = root;
+    uint64_t pos = 0;
+    while (pos < n) {
+      uint32_t c = find_child(nodes_[node], key + pos);
+      if (c == kNoNode) break;
+      const Node& cn = nodes_[c];
+      const uint32_t len = cn.length;
+      uint64_t m = detail::common_prefix(arena_.tokens(cn.chunk, cn.offset), key + pos,
+                                         std::min<uint64_t>(len, n - pos));
+      m -= m % page_size_;  // at least one page: find_child confirmed the first
+      deepest = c;
+      if constexpr (mode == WalkMode::kDry) {
+        pos += m;
+        if (m < len) break;
+        node = c;
+        continue;
+      }
+      if (m < len) c = split(c, static_cast<uint32_t>(m));
+      Node& t = nodes_[c];
+      t.last_access = clock_;
+      if constexpr (mode == WalkMode::kMatch) ++t.hit_count;
+      if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
+      if (t.heap_pos != kNoNode) heap_fix(c);
+      node = c;
+      pos += m;
+      if (m < len) break;
+    }
+    return {node, pos, deepest};
+  }
+
+  // Cuts node c after m tokens; returns the new upper node.
+  uint32_t split(uint32_t c, uint32_t m) {
+    const uint32_t u = nodes_.allocate();
+    Node& cn = nodes_[c];
+    Node& un = nodes_[u];
+    un.parent = cn.parent;
+    un.chunk = cn.chunk;
+    un.offset = cn.offset;
+    un.length = m;
+    un.depth = cn.depth - (cn.length - m);
+    un.ns = cn.ns;
+    un.lock_count = cn.lock_count;
+    un.hit_count = cn.hit_count;
+    un.last_access = cn.last_access;
+    un.created = cn.created;
+    un.priority = cn.priority;
+    un.locations = cn.locations;
+    un.serial = ++serial_;
+    un.heap_pos = kNoNode;
+    un.alive = true;
+    un.is_root = false;
+    const Token first_upper = arena_.tokens(cn.chunk, cn.offset)[0];
+    cn.offset += m;
+    cn.length -= m;
+    cn.parent = u;
+    nodes_[un.parent].children.replace(first_upper, c, u);
+    un.children.add(arena_.tokens(cn.chunk, cn.offset)[0], c);
+    ++node_count_;
+    return u;
+  }
+
+  void add_leaf(uint32_t parent, const Token* key, const Value* values, uint32_t len,
+                int64_t priority) {
+    const LabelRef ref = arena_.allocate(key, values, len);
+    const uint32_t x = nodes_.allocate();
+    Node& xn = nodes_[x];
+    Node& pn = nodes_[parent];
+    xn.parent = parent;
+    xn.chunk = ref.chunk;
+    xn.offset = ref.offset;
+    xn.length = len;
+    xn.depth = pn.depth + len;
+    xn.ns = pn.ns;
+    xn.lock_count = xn.hit_count = 0;
+    xn.last_access = xn.created = clock_;
+    xn.priority = priority;
+    xn.serial = ++serial_;
+    xn.heap_pos = kNoNode;
+    xn.alive = true;
+    xn.is_root = false;
+    if (pn.heap_pos != kNoNode) heap_remove(parent);  // it stops being a leaf
+    pn.children.add(key[0], x);
+    heap_push(x);
+    evictable_ += len;
+    stats_.inserted_tokens += len;
+    ++node_count_;
+    if (observer_ != nullptr) observer_->stored(*this, x);
+  }
+
+  void free_node(uint32_t x) {
+    Node& n = nodes_[x];
+    arena_.release(n.chunk, n.length);
+    n.alive = false;
+    ++n.generation;
+    n.children.clear();
+    n.locations.clear();
+    n.heap_pos = kNoNode;
+    --node_count_;
+    nodes_.release(x);
+  }
+
+  // Evicts what an insert of key needs under the capacity, protecting the
+  // path the insert extends. Returns false (and changes nothing) if it cannot.
+  bool make_room(uint32_t ns, const Token* key, size_t n, InsertOutcome* out) {
+    const uint32_t root = root_of(ns);
+    Walk w{root, 0, root};
+    if (root != kNoNode) w = walk<WalkMode::kDry>(root, key, n, 0);
+    out->new_tokens = n - w.length;
+    if (total_size() + out->new_tokens <= capacity_) return true;
+    const uint64_t need = total_size() + out->new_tokens - capacity_;
+    const bool guard = w.deepest != kNoNode && !nodes_[w.deepest].is_root;
+    if (guard) lock(w.deepest);
+    const bool possible = evictable_ >= need;
+    out->evictable = evictable_;
+    if (possible) evict(need, &pending_evicted_);
+    if (guard) unlock(w.deepest);
+    out->fits = possible;
+    return possible;
+  }
+
+  // Moves live labels into a fresh arena once garbage outweighs a quarter of
+  // them, which bounds wasted memory at an amortised O(1) per freed token.
+  void maybe_compact() {
+    const size_t garbage = arena_.garbage_tokens();
+    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 4 <= arena_.live_tokens()) return;
+    LabelArena fresh(arena_.with_values());
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      Node& n = nodes_[i];
+      if (!n.alive || n.is_root) continue;
+      const LabelRef ref =
+          fresh.allocate(arena_.tokens(n.chunk, n.offset),
+                         arena_.with_values() ? arena_.values(n.chunk, n.offset) : nullptr, n.length);
+      n.chunk = ref.chunk;
+      n.offset = ref.offset;
+    }
+    arena_.swap(fresh);
+  }
+
+  template <class F>
+  void visit_sorted(uint32_t ns, F&& f) const {
+    const uint32_t root = root_of(ns);
+    if (root == kNoNode) return;
+    std::vector<std::pair<uint32_t, uint32_t>> stack;  // (node, level)
+    std::vector<uint32_t> kids;
+    auto push_children = [&](uint32_t id, uint32_t level) {
+      kids.clear();
+      nodes_[id].children.for_each([&](uint32_t, uint32_t c) { kids.push_back(c); });
+      // Siblings differ within their first page, so comparing it orders them.
+      std::sort(kids.begin(), kids.end(), [&](uint32_t a, uint32_t b) {
+        const Token* ta = label_tokens(a);
+        const Token* tb = label_tokens(b);
+        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
+      });
+      for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.emplace_back(*it, level);
+    };
+    push_children(root, 0);
+    while (!stack.empty()) {
+      const auto [id, level] = stack.back();
+      stack.pop_back();
+      f(id, level);
+      push_children(id, level + 1);
+    }
+  }
+
+  // -- evictable-leaf heap (binary, indexed by Node::heap_pos) ----------------
+  struct EvictKey {
+    uint64_t a, b, c;
+  };
+
+  EvictKey key_of(const Node& n) const {
+    switch (policy_) {
+      case EvictionPolicy::kLfu:
+        return {n.hit_count, n.last_access, n.serial};
+      case EvictionPolicy::kFifo:
+        return {n.created, n.serial, 0};
+      case EvictionPolicy::kPriority:  // flip the sign bit: signed order as unsigned
+        return {static_cast<uint64_t>(n.priority) ^ (uint64_t{1} << 63), n.last_access, n.serial};
+      case EvictionPolicy::kLru:
+      default:
+        return {n.last_access, n.serial, 0};
+    }
+  }
+
+  bool before(uint32_t x, uint32_t y) const {
+    const EvictKey kx = key_of(nodes_[x]);
+    const EvictKey ky = key_of(nodes_[y]);
+    if (kx.a != ky.a) return kx.a < ky.a;
+    if (kx.b != ky.b) return kx.b < ky.b;
+    return kx.c < ky.c;
+  }
+
+  void heap_set(size_t pos, uint32_t id) {
+    heap_[pos] = id;
+    nodes_[id].heap_pos = static_cast<uint32_t>(pos);
+  }
+
+  void sift_up(size_t pos) {
+    const uint32_t id = heap_[pos];
+    while (pos > 0) {
+      const size_t parent = (pos - 1) / 2;
+      if (!before(id, heap_[parent])) break;
+      heap_set(pos, heap_[parent]);
+      pos = parent;
+    }
+    heap_set(pos, id);
+  }
+
+  void sift_down(size_t pos) {
+    const uint32_t id = heap_[pos];
+    const size_t n = heap_.size();
+    while (true) {
+      size_t child = 2 * pos + 1;
+      if (child >= n) break;
+      if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
+      if (!before(heap_[child], id)) break;
+      heap_set(pos, heap_[child]);
+      pos = child;
+    }
+    heap_set(pos, id);
+  }
+
+  void heap_push(uint32_t id) {
+    heap_.push_back(id);
+    sift_up(heap_.size() - 1);
+  }
+
+  void heap_remove(uint32_t id) {
+    const size_t pos = nodes_[id].heap_pos;
+    const uint32_t last = heap_.back();
+    heap_.pop_back();
+    nodes_[id].heap_pos = kNoNode;
+    if (last == id) return;
+    heap_set(pos, last);
+    sift_up(pos);
+    sift_down(nodes_[last].heap_pos);
+  }
+
+  void heap_fix(uint32_t id) {
+    sift_up(nodes_[id].heap_pos);
+    sift_down(nodes_[id].heap_pos);
+  }
+
+  uint32_t page_size_;
+  EvictionPolicy policy_;
+  uint64_t capacity_;
+  LabelArena arena_;
+  NodePool<Node> nodes_;
+  std::vector<uint32_t> heap_;
+  std::unordered_map<uint32_t, uint32_t> roots_;  // namespace id -> root (ns 0 is node 0)
+  std::vector<Value> pending_evicted_;
+  TreeObserver* observer_ = nullptr;
+  TreeStats stats_;
+  uint64_t epoch_ = 0;
+  uint64_t clock_ = 0;
+  uint64_t serial_ = 0;
+  uint64_t evictable_ = 0;
+  uint64_t protected_ = 0;
+  uint64_t node_count_ = 0;
+};
+
+}  // namespace radixmeta

@@ -1,0 +1,224 @@
+// Tests of the header-only core with g++ alone (no Python): `make -C csrc test`.
+// Deterministic: a fixed-seed generator drives the randomized part.
+#include <radixmeta/radix_tree.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+using radixmeta::EvictionPolicy;
+using radixmeta::RadixTree;
+using radixmeta::Token;
+using radixmeta::Value;
+
+static int failures = 0;
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+static std::vector<Value> path_values(const RadixTree& t, uint32_t node) {
+  std::vector<Value> out(t.node(node).depth);
+  t.path_values(node, out.data());
+  return out;
+}
+
+static void test_insert_match_split() {
+  RadixTree t(1, EvictionPolicy::kLru);
+  const std::vector<Token> a{1, 2, 3, 4};
+  const std::vector<Value> av{10, 11, 12, 13};
+  CHECK(t.insert(0, a.data(), av.data(), a.size(), 0).prefix_length == 0);
+  CHECK(t.node_count() == 1);
+  const std::vector<Token> q{1, 2, 3, 9};
+  auto m = t.match_prefix(0, q.data(), q.size());
+  CHECK(m.length == 3);
+  CHECK(t.node_count() == 2);  // the match split [1 2 3 4] into [1 2 3] + [4]
+  CHECK((path_values(t, m.node) == std::vector<Value>{10, 11, 12}));
+  CHECK(t.insert(0, a.data(), av.data(), a.size(), 0).prefix_length == 4);
+  t.check_invariants();
+}
+
+static void test_pages() {
+  RadixTree t(4, EvictionPolicy::kLru);
+  std::vector<Token> a{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // the tail 9 10 is not cached
+  CHECK(t.insert(0, a.data(), nullptr, a.size(), 0).prefix_length == 0);
+  CHECK(t.total_size() == 8);
+  std::vector<Token> q{1, 2, 3, 4, 5, 6, 0, 8};
+  CHECK(t.match_prefix(0, q.data(), q.size()).length == 4);  // page aligned
+  std::vector<Token> b{1, 2, 3, 4, 5, 6, 7, 99};  // same first token, different page
+  CHECK(t.insert(0, b.data(), nullptr, b.size(), 0).prefix_length == 4);
+  CHECK(t.total_size() == 12);
+  t.check_invariants();
+}
+
+static void test_lock_and_evict_order() {
+  RadixTree t(1, EvictionPolicy::kLru);
+  std::vector<Token> a{1, 2, 3}, b{1, 2, 4}, c{5, 6};
+  t.insert(0, a.data(), nullptr, 3, 0);
+  t.insert(0, b.data(), nullptr, 3, 0);
+  t.insert(0, c.data(), nullptr, 2, 0);
+  auto m = t.match_prefix(0, a.data(), 3);  // a becomes most recent
+  t.lock(m.node);
+  CHECK(t.protected_size() == 3 && t.evictable_size() == 3);
+  std::vector<Value> freed;
+  CHECK(t.evict(1, &freed) == 1);  // oldest unlocked leaf is [4]
+  CHECK((freed == std::vector<Value>{4}));
+  freed.clear();
+  t.evict(100, &freed);  // then [5 6]; the locked path stays
+  CHECK((freed == std::vector<Value>{5, 6}));
+  CHECK(t.total_size() == 3);
+  t.unlock(m.node);
+  freed.clear();
+  t.evict(100, &freed);  // children before parents
+  CHECK((freed == std::vector<Value>{3, 1, 2}));
+  CHECK(t.total_size() == 0 && t.node_count() == 0);
+  bool threw = false;
+  try {
+    t.unlock(0);  // the root: a no-op, never an error
+    t.check_invariants();
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  CHECK(!threw);
+}
+
+static void test_capacity() {
+  RadixTree t(1, EvictionPolicy::kLru, true, 4);
+  std::vector<Token> a{1, 2, 3}, b{7, 8, 9};
+  t.insert(0, a.data(), nullptr, 3, 0);
+  auto out = t.insert(0, b.data(), nullptr, 3, 0);
+  CHECK(out.fits && t.total_size() == 3);
+  CHECK((t.pending_evicted() == std::vector<Value>{1, 2, 3}));
+  auto m = t.match_prefix(0, b.data(), 3);
+  t.lock(m.node);
+  out = t.insert(0, a.data(), nullptr, 3, 0);
+  CHECK(!out.fits && out.new_tokens == 3 && out.evictable == 0);
+  CHECK(t.total_size() == 3);
+  t.check_invariants();
+}
+
+static void test_namespaces_and_reset() {
+  RadixTree t(1, EvictionPolicy::kLru);
+  std::vector<Token> a{1, 2, 3};
+  t.insert(0, a.data(), nullptr, 3, 0);
+  CHECK(t.match_prefix(7, a.data(), 3).length == 0);
+  t.insert(7, a.data(), nullptr, 3, 0);
+  CHECK(t.match_prefix(7, a.data(), 3).length == 3);
+  CHECK(t.node_count() == 2);  // never shared across namespaces
+  const uint64_t epoch = t.epoch();
+  t.reset();
+  CHECK(t.epoch() == epoch + 1 && t.node_count() == 0 && t.total_size() == 0);
+  t.check_invariants();
+}
+
+static void test_location_set() {
+  radixmeta::LocationSet s;
+  s.set(3);
+  s.set(64);
+  s.set(1023);
+  CHECK(s.test(3) && s.test(64) && s.test(1023) && !s.test(65) && s.count() == 3);
+  radixmeta::LocationSet copy = s;
+  s.reset(1023);
+  CHECK(copy.test(1023) && !s.test(1023) && s.count() == 2);
+  s.clear();
+  CHECK(!s.any());
+}
+
+struct CountingObserver : radixmeta::TreeObserver {
+  uint64_t stored_tokens = 0, removed_tokens = 0, clears = 0;
+  void stored(const RadixTree& t, uint32_t n) override { stored_tokens += t.node(n).length; }
+  void removed(const RadixTree& t, uint32_t n) override { removed_tokens += t.node(n).length; }
+  void cleared(const RadixTree&) override { ++clears; }
+};
+
+// Random operations against a brute-force model: the set of cached pages,
+// each named by the whole prefix that ends with it.
+static void test_random_against_model(uint32_t page, EvictionPolicy policy, uint32_t seed) {
+  RadixTree t(page, policy);
+  CountingObserver obs;
+  t.set_observer(&obs);
+  std::mt19937 rng(seed);
+  std::set<std::vector<Token>> model;  // every cached page-aligned prefix
+  std::vector<std::vector<Token>> stems;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<Token> s(rng() % 24);
+    for (auto& x : s) x = rng() % 3;
+    stems.push_back(s);
+  }
+  auto random_key = [&]() {
+    std::vector<Token> k = stems[rng() % stems.size()];
+    const size_t extra = rng() % 12;
+    for (size_t i = 0; i < extra; ++i) k.push_back(rng() % 4);
+    return k;
+  };
+  auto model_match = [&](const std::vector<Token>& k) {
+    size_t best = 0;
+    for (size_t len = page; len <= k.size(); len += page)
+      if (model.count(std::vector<Token>(k.begin(), k.begin() + len))) best = len; else break;
+    return best;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const auto k = random_key();
+    switch (rng() % 4) {
+      case 0:
+      case 1: {
+        const size_t expect = model_match(k);
+        const auto out = t.insert(0, k.data(), nullptr, k.size(), 0);
+        CHECK(out.prefix_length == expect);
+        for (size_t len = page; len <= k.size(); len += page)
+          model.insert(std::vector<Token>(k.begin(), k.begin() + len));
+        break;
+      }
+      case 2: {
+        const auto m = t.match_prefix(0, k.data(), k.size());
+        CHECK(m.length == model_match(k));
+        std::vector<Value> v = path_values(t, m.node);
+        for (size_t i = 0; i < v.size(); ++i) CHECK(v[i] == static_cast<Value>(k[i]));
+        break;
+      }
+      default: {
+        std::vector<Value> freed;
+        t.evict(rng() % 10, &freed);
+        // Rebuild the model from the tree's leaves: evicted pages are gone.
+        std::set<std::vector<Token>> rebuilt;
+        for (uint32_t leaf : t.leaves_in_order(0)) {
+          std::vector<Token> path(t.node(leaf).depth);
+          t.path_tokens(leaf, path.data());
+          for (size_t len = page; len <= path.size(); len += page)
+            rebuilt.insert(std::vector<Token>(path.begin(), path.begin() + len));
+        }
+        for (const auto& p : rebuilt) CHECK(model.count(p) == 1);
+        CHECK(model.size() - rebuilt.size() == freed.size() / page);
+        model.swap(rebuilt);
+      }
+    }
+    t.check_invariants();
+    CHECK(t.total_size() == model.size() * page);
+  }
+  CHECK(obs.stored_tokens - obs.removed_tokens == t.total_size());
+}
+
+int main() {
+  test_insert_match_split();
+  test_pages();
+  test_lock_and_evict_order();
+  test_capacity();
+  test_namespaces_and_reset();
+  test_location_set();
+  for (uint32_t page : {1u, 4u})
+    for (auto policy : {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kFifo,
+                        EvictionPolicy::kPriority})
+      test_random_against_model(page, policy, 1234 + page);
+  if (failures != 0) {
+    std::fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("csrc tests: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,501 @@
+"""Plain-Python implementation of the core API: the test oracle and a readable fallback.
+
+Every rule here is written the simple way (dicts, tuples, full scans) so that it
+is obviously right; the native core in ``csrc/`` must produce the same results
+for the same calls. ``RADIXMETA_IMPLEMENTATION=python`` makes the whole library
+run on this module.
+
+Rules both implementations share (tests depend on them):
+
+* A logical clock advances by one at the start of every ``match_prefix`` and
+  ``insert``; every node on the walked path takes that stamp as its last access.
+* ``match_prefix`` adds one to the hit count of every node on the matched path.
+* Each new node (a new leaf, or the upper half of a split) takes the next serial
+  number. A split's upper half copies lock count, hit count, last access,
+  creation stamp and priority from the node it was cut from.
+* The eviction order compares, smallest first: ``lru`` (last access, serial),
+  ``lfu`` (hit count, last access, serial), ``fifo`` (creation stamp, serial),
+  ``priority`` (priority, last access, serial). Serials are unique, so there are
+  no ties.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+import numpy as np
+
+from radixmeta import _keys
+from radixmeta._types import EVICTION_POLICIES, CacheStats
+from radixmeta.errors import (
+    CacheFullError,
+    ForeignNodeError,
+    InputTypeError,
+    InvalidInputError,
+    LockError,
+    StaleNodeError,
+)
+
+_owner_ids = itertools.count(1)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Validate an integer argument the way the native layer does."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        msg = f"{name} must be an integer, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    value = int(value)
+    if value < minimum:
+        msg = f"{name} must be >= {minimum}, got {value}"
+        raise InvalidInputError(msg)
+    return value
+
+
+class _TreeNode:
+    __slots__ = (
+        "parent",
+        "label",
+        "values",
+        "children",
+        "lock_count",
+        "hit_count",
+        "last_access",
+        "created",
+        "serial",
+        "priority",
+        "generation",
+        "depth",
+    )
+
+    def __init__(self, parent: _TreeNode | None, label: tuple[int, ...], values: tuple[int, ...]):
+        self.parent = parent
+        self.label = label
+        self.values = values
+        self.children: dict[tuple[int, ...], _TreeNode] = {}
+        self.lock_count = 0
+        self.hit_count = 0
+        self.last_access = 0
+        self.created = 0
+        self.serial = 0
+        self.priority = 0
+        self.generation = 0
+        self.depth = (parent.depth if parent is not None else 0) + len(label)
+
+
+class Node:
+    """Handle naming one cached prefix (a node of the tree).
+
+    A handle stays valid until its node is evicted or the cache is reset; using
+    it afterwards raises :class:`~radixmeta.errors.StaleNodeError`.
+    """
+
+    __slots__ = ("_owner", "_node", "_generation")
+
+    def __init__(self, owner: int, node: _TreeNode):
+        self._owner = owner
+        self._node = node
+        self._generation = node.generation
+
+    @property
+    def length(self) -> int:
+        """Tokens from the root to the end of this node: the prefix length it names."""
+        return self._node.depth
+
+    def __repr__(self) -> str:
+        return f"<radixmeta.Node length={self._node.depth}>"
+
+
+class MatchResult:
+    """Result of :meth:`RadixCache.match_prefix`: ``length``, ``values`` and ``node``."""
+
+    __slots__ = ("length", "values", "node")
+
+    def __init__(self, length: int, values: np.ndarray, node: Node):
+        self.length = length
+        self.values = values
+        self.node = node
+
+    def __repr__(self) -> str:
+        return f"MatchResult(length={self.length}, values=<{len(self.values)} int64>)"
+
+
+class EvictResult:
+    """Result of :meth:`RadixCache.evict`: the freed slot ``values`` and their ``count``."""
+
+    __slots__ = ("values", "count")
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+        self.count = len(values)
+
+    def __repr__(self) -> str:
+        return f"EvictResult(count={self.count})"
+
+
+class CacheCore:
+    """Reference implementation of the worker cache core (see ``radixmeta.RadixCache``)."""
+
+    def __init__(
+        self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
+    ) -> None:
+        self._page_size = check_int("page_size", page_size, 1)
+        if eviction not in EVICTION_POLICIES:
+            allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
+            msg = f"eviction must be one of {allowed}, got {eviction!r}"
+            raise InvalidInputError(msg)
+        self._eviction = eviction
+        self._capacity = None if capacity is None else check_int("capacity", capacity, 0)
+        self._owner = next(_owner_ids)
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._roots: dict[Hashable, _TreeNode] = {None: _TreeNode(None, (), ())}
+        self._clock = 0
+        self._serial = 0
+        self._evictable = 0
+        self._protected = 0
+        self._nodes = 0
+        self._stats = [0, 0, 0, 0]
+        self._pending_evicted: list[int] = []
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def page_size(self) -> int:
+        return self._page_size
+
+    @property
+    def eviction(self) -> str:
+        return self._eviction
+
+    @property
+    def capacity(self) -> int | None:
+        return self._capacity
+
+    @property
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    @property
+    def protected_size(self) -> int:
+        return self._protected
+
+    @property
+    def total_size(self) -> int:
+        return self._evictable + self._protected
+
+    @property
+    def node_count(self) -> int:
+        return self._nodes
+
+    @property
+    def stats(self) -> CacheStats:
+        return CacheStats(*self._stats)
+
+    # -- helpers --------------------------------------------------------------------
+    def _aligned(self, key: Any) -> tuple[int, ...]:
+        toks = _keys.tokens(key)
+        return toks[: len(toks) - len(toks) % self._page_size]
+
+    def _common(self, label: tuple[int, ...], key: tuple[int, ...], pos: int) -> int:
+        n = 0
+        limit = min(len(label), len(key) - pos)
+        while n < limit and label[n] == key[pos + n]:
+            n += 1
+        return n - n % self._page_size
+
+    def _split(self, child: _TreeNode, m: int) -> _TreeNode:
+        parent = child.parent
+        assert parent is not None
+        upper = _TreeNode(parent, child.label[:m], child.values[:m])
+        for field in ("lock_count", "hit_count", "last_access", "created", "priority"):
+            setattr(upper, field, getattr(child, field))
+        self._serial += 1
+        upper.serial = self._serial
+        p = self._page_size
+        parent.children[child.label[:p]] = upper
+        child.label, child.values = child.label[m:], child.values[m:]
+        child.parent = upper
+        upper.children[child.label[:p]] = child
+        self._nodes += 1
+        return upper
+
+    def _node_of(self, handle: Any) -> _TreeNode:
+        if not isinstance(handle, Node):
+            msg = f"node must be a Node handle, got {type(handle).__name__}"
+            raise InputTypeError(msg)
+        if handle._owner != self._owner:
+            msg = "node handle belongs to a different cache"
+            raise ForeignNodeError(msg)
+        if handle._node.generation != handle._generation:
+            msg = "node handle is stale: its node was evicted or the cache was reset"
+            raise StaleNodeError(msg)
+        return handle._node
+
+    def _eviction_key(self, node: _TreeNode) -> tuple[int, ...]:
+        if self._eviction == "lru":
+            return (node.last_access, node.serial)
+        if self._eviction == "lfu":
+            return (node.hit_count, node.last_access, node.serial)
+        if self._eviction == "fifo":
+            return (node.created, node.serial)
+        return (node.priority, node.last_access, node.serial)
+
+    def _all_nodes(self) -> Iterator[_TreeNode]:
+        stack = list(self._roots.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def _is_evictable_leaf(self, node: _TreeNode) -> bool:
+        return node.parent is not None and node.lock_count == 0 and not node.children
+
+    # -- core API -------------------------------------------------------------------
+    def match_prefix(self, key: Any, *, namespace: Hashable = None) -> MatchResult:
+        toks = self._aligned(key)
+        self._clock += 1
+        self._stats[0] += 1
+        node = self._roots.get(namespace)
+        if node is None:
+            return MatchResult(0, np.empty(0, np.int64), Node(self._owner, self._roots[None]))
+        pos = 0
+        p = self._page_size
+        while pos < len(toks):
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                break
+            m = self._common(child.label, toks, pos)
+            if m < len(child.label):
+                child = self._split(child, m)
+            child.last_access = self._clock
+            child.hit_count += 1
+            node = child
+            pos += m
+            if m < len(child.label):
+                break
+        values = self._path_values(node)
+        self._stats[1] += pos
+        return MatchResult(pos, np.array(values, dtype=np.int64), Node(self._owner, node))
+
+    def _path_values(self, node: _TreeNode) -> list[int]:
+        parts = []
+        walk: _TreeNode | None = node
+        while walk is not None:
+            parts.append(walk.values)
+            walk = walk.parent
+        return [v for part in reversed(parts) for v in part]
+
+    def _dry_walk(self, toks: tuple[int, ...], namespace: Hashable) -> tuple[int, _TreeNode | None]:
+        """Return (matched length, deepest node the walk reaches) without changing anything."""
+        node = self._roots.get(namespace)
+        if node is None:
+            return 0, None
+        pos = 0
+        p = self._page_size
+        while pos < len(toks):
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                break
+            m = self._common(child.label, toks, pos)
+            node = child
+            pos += m
+            if m < len(child.label):
+                break
+        return pos, node
+
+    def insert(
+        self,
+        key: Any,
+        values: Any = None,
+        *,
+        namespace: Hashable = None,
+        priority: int = 0,
+    ) -> int:
+        raw = _keys.tokens(key)
+        vals = raw if values is None else _keys.values(values, len(raw))
+        if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
+            msg = f"priority must be an integer, got {type(priority).__name__}"
+            raise InputTypeError(msg)
+        priority = int(priority)
+        if not _keys.INT64_MIN <= priority <= _keys.INT64_MAX:
+            msg = f"priority = {priority} is outside the int64 range"
+            raise InvalidInputError(msg)
+        n = len(raw) - len(raw) % self._page_size
+        toks, vals = raw[:n], vals[:n]
+        if self._capacity is not None:
+            self._make_room(toks, namespace)
+        self._clock += 1
+        node = self._roots.get(namespace)
+        if node is None:
+            node = self._roots[namespace] = _TreeNode(None, (), ())
+        pos = 0
+        p = self._page_size
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                break
+            m = self._common(child.label, toks, pos)
+            if m < len(child.label):
+                child = self._split(child, m)
+            child.last_access = self._clock
+            child.priority = max(child.priority, priority)
+            node = child
+            pos += m
+            if m < len(child.label):
+                break
+        if pos < n:
+            leaf = _TreeNode(node, toks[pos:], vals[pos:])
+            self._serial += 1
+            leaf.serial = self._serial
+            leaf.last_access = leaf.created = self._clock
+            leaf.priority = priority
+            node.children[toks[pos : pos + p]] = leaf
+            self._nodes += 1
+            self._evictable += n - pos
+            self._stats[2] += n - pos
+        return pos
+
+    def _make_room(self, toks: tuple[int, ...], namespace: Hashable) -> None:
+        assert self._capacity is not None
+        matched, deepest = self._dry_walk(toks, namespace)
+        need = self.total_size + len(toks) - matched - self._capacity
+        if need <= 0:
+            return
+        # The path this insert extends must survive the eviction it causes.
+        guard = Node(self._owner, deepest) if deepest is not None else None
+        if guard is not None:
+            self.lock(guard)
+        try:
+            if self._evictable < need:
+                msg = (
+                    f"cannot fit {len(toks) - matched} new tokens under capacity "
+                    f"{self._capacity}: {self.total_size} cached, "
+                    f"{self._evictable} evictable"
+                )
+                raise CacheFullError(msg)
+            self._pending_evicted.extend(self._evict_tokens(need))
+        finally:
+            if guard is not None:
+                self.unlock(guard)
+
+    def lock(self, node: Node) -> None:
+        walk: _TreeNode | None = self._node_of(node)
+        while walk is not None and walk.parent is not None:
+            if walk.lock_count == 0:
+                self._evictable -= len(walk.label)
+                self._protected += len(walk.label)
+            walk.lock_count += 1
+            walk = walk.parent
+
+    def unlock(self, node: Node) -> None:
+        target = self._node_of(node)
+        if target.parent is not None and target.lock_count == 0:
+            msg = "node is not locked"
+            raise LockError(msg)
+        walk: _TreeNode | None = target
+        while walk is not None and walk.parent is not None:
+            walk.lock_count -= 1
+            if walk.lock_count == 0:
+                self._evictable += len(walk.label)
+                self._protected -= len(walk.label)
+            walk = walk.parent
+
+    def lock_count(self, node: Node) -> int:
+        return self._node_of(node).lock_count
+
+    def evict(self, num_tokens: int) -> EvictResult:
+        num_tokens = check_int("num_tokens", num_tokens, 0)
+        return EvictResult(np.array(self._evict_tokens(num_tokens), dtype=np.int64))
+
+    def _evict_tokens(self, num_tokens: int) -> list[int]:
+        freed: list[int] = []
+        while len(freed) < num_tokens:
+            leaves = [n for n in self._all_nodes() if self._is_evictable_leaf(n)]
+            if not leaves:
+                break
+            victim = min(leaves, key=self._eviction_key)
+            freed.extend(victim.values)
+            parent = victim.parent
+            assert parent is not None
+            del parent.children[victim.label[: self._page_size]]
+            victim.generation += 1
+            self._evictable -= len(victim.label)
+            self._nodes -= 1
+        self._stats[3] += len(freed)
+        return freed
+
+    def take_evicted(self) -> np.ndarray:
+        out = np.array(self._pending_evicted, dtype=np.int64)
+        self._pending_evicted = []
+        return out
+
+    def reset(self) -> None:
+        for node in self._all_nodes():
+            node.generation += 1
+        self._init_state()
+
+    def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        root = self._roots.get(namespace)
+        if root is None:
+            return out
+        stack = [(root, (), ())]
+        while stack:
+            node, toks, vals = stack.pop()
+            toks, vals = toks + node.label, vals + node.values
+            if not node.children and node.parent is not None:
+                out.append((np.array(toks, np.uint32), np.array(vals, np.int64)))
+            for _, child in sorted(node.children.items(), reverse=True):
+                stack.append((child, toks, vals))
+        return out
+
+    def _structure(self, namespace: Hashable = None) -> list[tuple[int, np.ndarray, int]]:
+        out: list[tuple[int, np.ndarray, int]] = []
+        root = self._roots.get(namespace)
+        if root is None:
+            return out
+        stack = [(child, 0) for _, child in sorted(root.children.items(), reverse=True)]
+        while stack:
+            node, level = stack.pop()
+            out.append((level, np.array(node.label, np.uint32), node.lock_count))
+            for _, child in sorted(node.children.items(), reverse=True):
+                stack.append((child, level + 1))
+        return out
+
+    def namespaces(self) -> list[Hashable]:
+        return list(self._roots)
+
+    def memory_usage(self) -> int:
+        total = sys.getsizeof(self._roots)
+        for node in self._all_nodes():
+            total += sys.getsizeof(node) + sys.getsizeof(node.children)
+            total += sys.getsizeof(node.label) + sys.getsizeof(node.values)
+        return total
+
+    def check(self) -> None:
+        evictable = protected = nodes = 0
+        for root in self._roots.values():
+            assert root.parent is None and not root.label and root.lock_count == 0
+            stack = list(root.children.items())
+            while stack:
+                first, node = stack.pop()
+                nodes += 1
+                p = self._page_size
+                assert node.parent is not None
+                assert len(node.label) > 0 and len(node.label) % p == 0
+                assert len(node.values) == len(node.label)
+                assert node.label[:p] == first
+                assert node.depth == node.parent.depth + len(node.label)
+                if node.parent.parent is not None:
+                    assert node.parent.lock_count >= node.lock_count
+                child_locks = sum(c.lock_count for c in node.children.values())
+                assert node.lock_count >= child_locks
+                if node.lock_count:
+                    protected += len(node.label)
+                else:
+                    evictable += len(node.label)
+                stack.extend(node.children.items())
+        assert (evictable, protected, nodes) == (self._evictable, self._protected, self._nodes)

@@ -1,0 +1,88 @@
+"""RadixCache: one worker's prefix cache of KV slots.
+
+The hot operations (match, insert, lock, evict) live in the active backend's
+``CacheCore`` (the native extension, or the pure-Python reference); this module
+adds the conveniences that need no speed, written once for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+
+from radixmeta._impl import backend
+
+__all__ = ["RadixCache"]
+
+
+class RadixCache(backend.CacheCore):  # type: ignore[misc, name-defined]
+    """A radix tree over token ids that maps cached prefixes to KV-cache slots.
+
+    Parameters
+    ----------
+    page_size : int, default 1
+        Tokens per KV page. Keys are stored and matched in whole pages; a tail
+        shorter than a page is never cached, and every length returned is a
+        multiple of ``page_size``.
+    eviction : {"lru", "lfu", "fifo", "priority"}, default "lru"
+        Order in which unlocked leaves are freed by :meth:`evict`.
+    capacity : int, optional
+        Maximum number of cached tokens. When set, :meth:`insert` first evicts
+        unlocked leaves to make room and raises
+        :class:`~radixmeta.errors.CacheFullError` (changing nothing) when locked
+        nodes make that impossible. Slots freed this way are collected until
+        :meth:`take_evicted` is called.
+
+    Notes
+    -----
+    Thread safety: every method runs its whole tree operation while holding the
+    GIL and never releases it midway, so calls from several threads are atomic
+    with respect to each other. No internal lock is taken.
+
+    Examples
+    --------
+    >>> from radixmeta import RadixCache
+    >>> cache = RadixCache()
+    >>> cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    0
+    >>> m = cache.match_prefix([1, 2, 3, 9])
+    >>> m.length, m.values.tolist()
+    (3, [10, 11, 12])
+    >>> with cache.locked(m.node):
+    ...     cache.evict(100).count   # only the unlocked leaf below the match goes
+    1
+    """
+
+    __slots__ = ()
+
+    @contextmanager
+    def locked(self, node: object) -> Iterator[object]:
+        """Hold a lock on ``node`` (and so on its whole path) for the ``with`` block.
+
+        Complexity: O(depth of the node in nodes), twice.
+        """
+        self.lock(node)
+        try:
+            yield node
+        finally:
+            self.unlock(node)
+
+    def pretty(self, namespace: Hashable = None, *, max_tokens: int = 8) -> str:
+        """Return the tree as indented text: one line per node, with its lock count.
+
+        Complexity: O(n) in nodes.
+        """
+        lines = [repr(self)]
+        for level, label, locks in self._structure(namespace):
+            shown = " ".join(str(t) for t in label[:max_tokens].tolist())
+            more = " ..." if len(label) > max_tokens else ""
+            lock = f"  locked={locks}" if locks else ""
+            lines.append(f"{'  ' * (level + 1)}[{len(label)}] {shown}{more}{lock}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"RadixCache(page_size={self.page_size}, eviction={self.eviction!r}, "
+            f"capacity={self.capacity}, nodes={self.node_count}, tokens={self.total_size}, "
+            f"evictable={self.evictable_size}, protected={self.protected_size})"
+        )

@@ -1,0 +1,57 @@
+"""Exceptions raised by radixmeta.
+
+Every class derives from :class:`RadixMetaError` *and* from the builtin a caller
+would naturally catch (``ValueError``, ``TypeError``, ``RuntimeError``), so
+``except ValueError`` keeps working in code that does not know this library.
+
+A call that raises one of these leaves the tree exactly as it was before the call.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RadixMetaError",
+    "InvalidInputError",
+    "InputTypeError",
+    "NodeError",
+    "StaleNodeError",
+    "ForeignNodeError",
+    "LockError",
+    "CacheFullError",
+]
+
+
+class RadixMetaError(Exception):
+    """Base class of every error raised by radixmeta."""
+
+
+class InvalidInputError(RadixMetaError, ValueError):
+    """An argument has the right type but a bad value.
+
+    Examples: a token outside ``[0, 2**32)``, a 2-D key, values whose length
+    differs from the key's, ``page_size < 1``, a negative eviction count.
+    """
+
+
+class InputTypeError(RadixMetaError, TypeError):
+    """An argument has the wrong type, such as a float token or a float array."""
+
+
+class NodeError(RadixMetaError, ValueError):
+    """A node handle cannot be used with this tree."""
+
+
+class StaleNodeError(NodeError):
+    """The node a handle named has been evicted or the tree was reset."""
+
+
+class ForeignNodeError(NodeError):
+    """The handle belongs to a different tree."""
+
+
+class LockError(RadixMetaError, RuntimeError):
+    """Unlocking a node that holds no lock."""
+
+
+class CacheFullError(RadixMetaError, RuntimeError):
+    """An insert cannot fit under the capacity because locked nodes cannot be evicted."""
