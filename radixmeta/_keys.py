@@ -67,3 +67,27 @@ def values(obj: Any, key_length: int) -> tuple[int, ...]:
             msg = f"values[{i}] = {value} is outside the int64 range"
             raise InvalidInputError(msg)
     return tuple(ints)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Validate an integer argument (not bool) that must be at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        msg = f"{name} must be an integer, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    value = int(value)
+    if value < minimum:
+        msg = f"{name} must be >= {minimum}, got {value}"
+        raise InvalidInputError(msg)
+    return value
+
+
+def check_priority(value: Any) -> int:
+    """Validate an eviction priority: any int64."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        msg = f"priority must be an integer, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    value = int(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        msg = f"priority = {value} is outside the int64 range"
+        raise InvalidInputError(msg)
+    return value

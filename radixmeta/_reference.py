@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from radixmeta import _keys
+from radixmeta._keys import check_int
 from radixmeta._types import EVICTION_POLICIES, CacheStats
 from radixmeta.errors import (
     CacheFullError,
@@ -40,18 +41,6 @@ from radixmeta.errors import (
 )
 
 _owner_ids = itertools.count(1)
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Validate an integer argument the way the native layer does."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    value = int(value)
-    if value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
-        raise InvalidInputError(msg)
-    return value
 
 
 class _TreeNode:
@@ -316,13 +305,7 @@ class CacheCore:
     ) -> int:
         raw = _keys.tokens(key)
         vals = raw if values is None else _keys.values(values, len(raw))
-        if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
-            msg = f"priority must be an integer, got {type(priority).__name__}"
-            raise InputTypeError(msg)
-        priority = int(priority)
-        if not _keys.INT64_MIN <= priority <= _keys.INT64_MAX:
-            msg = f"priority = {priority} is outside the int64 range"
-            raise InvalidInputError(msg)
+        priority = _keys.check_priority(priority)
         n = len(raw) - len(raw) % self._page_size
         toks, vals = raw[:n], vals[:n]
         if self._capacity is not None:
