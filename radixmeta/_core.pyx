@@ -11,6 +11,8 @@ calls from several threads atomic with respect to each other.
 """
 
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.memory cimport unique_ptr
@@ -107,9 +109,6 @@ cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t**
     cdef int overflow
     cdef cnp.ndarray arr
     cdef char kind
-    cdef const int32_t* p32
-    cdef const uint64_t* pu64
-    cdef uint64_t acc = 0
     if isinstance(key, (list, tuple)):
         length = len(key)
         scratch.resize(length)
@@ -140,24 +139,35 @@ cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t**
     kind = arr.descr.kind
     n[0] = length
     if cnp.PyArray_ITEMSIZE(arr) == 4:
-        if kind == b'i':  # int32: the same bits as uint32 once no value is negative
-            p32 = <const int32_t*>cnp.PyArray_DATA(arr)
-            for i in range(length):
-                acc |= <uint32_t>p32[i]
-            if acc & 0x80000000u:
-                _raise_token_range(arr)
+        if kind == b'i' and _any_negative_int32(<const int32_t*>cnp.PyArray_DATA(arr), length):
+            _raise_token_range(arr)
+        # int32 without negatives has the same bits as uint32: use it in place.
         data[0] = <const uint32_t*>cnp.PyArray_DATA(arr)
         return arr
     # 64-bit: check the range and narrow into the scratch buffer in one pass.
     scratch.resize(length)
-    pu64 = <const uint64_t*>cnp.PyArray_DATA(arr)
-    for i in range(length):
-        acc |= pu64[i]
-        scratch[0][i] = <uint32_t>pu64[i]
-    if acc >> 32:
+    if _narrow_uint64(<const uint64_t*>cnp.PyArray_DATA(arr), scratch.data(), length):
         _raise_token_range(arr)
     data[0] = scratch.data()
     return arr
+
+
+cdef inline bint _any_negative_int32(const int32_t* p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t acc = 0
+    cdef Py_ssize_t i
+    for i in range(n):  # a branch-free OR that the compiler vectorises
+        acc |= <uint32_t>p[i]
+    return (acc >> 31) != 0
+
+
+cdef inline bint _narrow_uint64(const uint64_t* src, uint32_t* dst, Py_ssize_t n) noexcept nogil:
+    """Copy the low 32 bits; return whether any value had high bits (or was negative)."""
+    cdef uint64_t acc = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        acc |= src[i]
+        dst[i] = <uint32_t>src[i]
+    return (acc >> 32) != 0
 
 
 cdef int _raise_token_range(cnp.ndarray arr) except -1:
@@ -232,6 +242,22 @@ cdef int _check_values_length(Py_ssize_t length, size_t key_length) except -1:
             f"values must have the same length as the key ({key_length}), got {length}"
         )
     return 0
+
+
+cdef void _free_int64_vector(object capsule) noexcept:
+    cdef vector[int64_t]* owned = <vector[int64_t]*>PyCapsule_GetPointer(
+        capsule, b"radixmeta.int64_vector")
+    del owned
+
+
+cdef cnp.ndarray _adopt_int64(vector[int64_t]* owned):
+    """An int64 array over *owned's buffer, which the array frees: no copy."""
+    cdef cnp.npy_intp dims = <cnp.npy_intp>owned.size()
+    cdef cnp.ndarray arr = cnp.PyArray_SimpleNewFromData(1, &dims, cnp.NPY_INT64, owned.data())
+    capsule = PyCapsule_New(owned, b"radixmeta.int64_vector", _free_int64_vector)
+    cnp.PyArray_SetBaseObject(arr, capsule)  # steals a reference
+    Py_INCREF(capsule)
+    return arr
 
 
 cdef inline cnp.ndarray _new_int64(size_t n):
@@ -473,14 +499,19 @@ cdef class CacheCore:
         if not (type(num_tokens) is int and num_tokens >= 0):
             num_tokens = check_int("num_tokens", num_tokens, 0)
         cdef uint64_t want = <uint64_t>min(num_tokens, 0xFFFFFFFFFFFFFFFF)
-        cdef vector[int64_t] freed
-        self._tree.get().evict(want, &freed)
-        cdef cnp.ndarray values = _new_int64(freed.size())
-        if freed.size():
-            memcpy(cnp.PyArray_DATA(values), freed.data(), freed.size() * sizeof(int64_t))
+        cdef RadixTree* tree = self._tree.get()
+        cdef vector[int64_t]* freed = new vector[int64_t]()
+        try:
+            # One reservation: eviction overshoots the request by at most one leaf.
+            freed.reserve(min(want, tree.evictable_size()))
+            tree.evict(want, freed)
+            values = _adopt_int64(freed)
+        except BaseException:
+            del freed
+            raise
         cdef EvictResult result = EvictResult.__new__(EvictResult)
         result.values = values
-        result.count = freed.size()
+        result.count = len(values)
         return result
 
     def take_evicted(self):

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "children.hpp"
+#include "evict_heap.hpp"
 #include "label_arena.hpp"
 #include "location_set.hpp"
 #include "node_pool.hpp"
@@ -52,7 +53,6 @@ struct Node {
   uint32_t length = 0;  // tokens on the edge into this node
   uint32_t lock_count = 0;
   uint32_t hit_count = 0;
-  uint32_t heap_pos = kNoNode;  // position in the evictable-leaf heap, if there
   uint32_t depth = 0;           // tokens from the root to the end of this node
   uint32_t ns = 0;              // namespace id of the root this node hangs from
   int64_t priority = 0;
@@ -215,7 +215,7 @@ class RadixTree {
       if (n.lock_count == 0) {
         evictable_ -= n.length;
         protected_ += n.length;
-        if (n.heap_pos != kNoNode) heap_remove(w);
+        if (heap_.contains(w)) heap_.remove(w);
       }
       ++n.lock_count;
     }
@@ -229,7 +229,7 @@ class RadixTree {
       if (--n.lock_count == 0) {
         evictable_ += n.length;
         protected_ -= n.length;
-        if (n.children.empty()) heap_push(w);
+        if (n.children.empty()) heap_.push(w, key_of(n));
       }
     }
   }
@@ -239,8 +239,8 @@ class RadixTree {
   uint64_t evict(uint64_t num_tokens, std::vector<Value>* freed) {
     uint64_t done = 0;
     while (done < num_tokens && !heap_.empty()) {
-      const uint32_t x = heap_[0];
-      heap_remove(x);
+      const uint32_t x = heap_.top();
+      heap_.remove(x);
       if (observer_ != nullptr) observer_->removed(*this, x);
       Node& xn = nodes_[x];
       if (freed != nullptr && store_values()) {
@@ -253,7 +253,7 @@ class RadixTree {
       done += xn.length;
       free_node(x);
       Node& pn = nodes_[p];
-      if (!pn.is_root && pn.lock_count == 0 && pn.children.empty()) heap_push(p);
+      if (!pn.is_root && pn.lock_count == 0 && pn.children.empty()) heap_.push(p, key_of(pn));
     }
     stats_.evicted_tokens += done;
     maybe_compact();
@@ -306,7 +306,7 @@ class RadixTree {
   // Bytes held by the tree: node blocks, label arena, heap, side tables.
   size_t memory_usage() const {
     size_t bytes = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes() +
-                   heap_.capacity() * sizeof(uint32_t) +
+                   heap_.memory_bytes() +
                    pending_evicted_.capacity() * sizeof(Value) +
                    roots_.size() * 32 + roots_.bucket_count() * sizeof(void*);
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
@@ -319,6 +319,7 @@ class RadixTree {
   // O(n) consistency check; throws std::logic_error naming the first violation.
   void check_invariants() const {
     uint64_t evictable = 0, protected_tokens = 0, nodes = 0, label_tokens = 0, alive = 0;
+    uint64_t heap_members = 0;
     std::vector<uint32_t> stack;
     for (uint32_t i = 0; i < nodes_.size(); ++i) alive += nodes_[i].alive ? 1 : 0;
     for (uint32_t ns : namespace_ids()) {
@@ -326,7 +327,7 @@ class RadixTree {
       const Node& r = nodes_[root];
       require(r.alive && r.is_root && r.parent == kNoNode && r.length == 0 && r.depth == 0,
               "a root is malformed");
-      require(r.heap_pos == kNoNode && r.lock_count == 0, "a root is locked or evictable");
+      require(!heap_.contains(root) && r.lock_count == 0, "a root is locked or evictable");
       stack.push_back(root);
       while (!stack.empty()) {
         const uint32_t id = stack.back();
@@ -350,9 +351,10 @@ class RadixTree {
         require(n.lock_count >= child_locks, "a lock count is below its children's sum");
         (n.lock_count > 0 ? protected_tokens : evictable) += n.length;
         const bool evictable_leaf = n.lock_count == 0 && n.children.empty();
-        require(evictable_leaf == (n.heap_pos != kNoNode), "heap membership is wrong");
-        if (n.heap_pos != kNoNode) {
-          require(n.heap_pos < heap_.size() && heap_[n.heap_pos] == id, "a heap position is wrong");
+        require(evictable_leaf == heap_.contains(id), "heap membership is wrong");
+        if (evictable_leaf) {
+          require(heap_.key_of(id) == key_of(n), "a heap key is stale");
+          ++heap_members;
         }
       }
     }
@@ -362,8 +364,8 @@ class RadixTree {
     require(protected_tokens == protected_, "protected_size is wrong");
     require(label_tokens == arena_.live_tokens(), "arena live count is wrong");
     require(arena_.counters_consistent(), "arena counters are inconsistent");
-    for (size_t i = 1; i < heap_.size(); ++i)
-      require(!before(heap_[i], heap_[(i - 1) / 2]), "the eviction heap is out of order");
+    require(heap_.consistent(), "the eviction heap is out of order");
+    require(heap_members == heap_.size(), "the eviction heap holds a node that is not an evictable leaf");
   }
 
  private:
@@ -415,7 +417,7 @@ class RadixTree {
       const uint32_t len = cn.length;
       uint64_t m = detail::common_prefix(arena_.tokens(cn.chunk, cn.offset), key + pos,
                                          std::min<uint64_t>(len, n - pos));
-      m -= m % page_size_;  // at least one page: find_child confirmed the first
+      if (page_size_ != 1) m -= m % page_size_;  // >= one page: find_child confirmed it
       deepest = c;
       if constexpr (mode == WalkMode::kDry) {
         pos += m;
@@ -428,7 +430,7 @@ class RadixTree {
       t.last_access = clock_;
       if constexpr (mode == WalkMode::kMatch) ++t.hit_count;
       if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
-      if (t.heap_pos != kNoNode) heap_fix(c);
+      if (heap_.contains(c)) heap_.update(c, key_of(t));
       node = c;
       pos += m;
       if (m < len) break;
@@ -454,7 +456,6 @@ class RadixTree {
     un.priority = cn.priority;
     un.locations = cn.locations;
     un.serial = ++serial_;
-    un.heap_pos = kNoNode;
     un.alive = true;
     un.is_root = false;
     const Token first_upper = arena_.tokens(cn.chunk, cn.offset)[0];
@@ -483,12 +484,11 @@ class RadixTree {
     xn.last_access = xn.created = clock_;
     xn.priority = priority;
     xn.serial = ++serial_;
-    xn.heap_pos = kNoNode;
     xn.alive = true;
     xn.is_root = false;
-    if (pn.heap_pos != kNoNode) heap_remove(parent);  // it stops being a leaf
+    if (heap_.contains(parent)) heap_.remove(parent);  // it stops being a leaf
     pn.children.add(key[0], x);
-    heap_push(x);
+    heap_.push(x, key_of(xn));
     evictable_ += len;
     stats_.inserted_tokens += len;
     ++node_count_;
@@ -502,7 +502,6 @@ class RadixTree {
     ++n.generation;
     n.children.clear();
     n.locations.clear();
-    n.heap_pos = kNoNode;
     --node_count_;
     nodes_.release(x);
   }
@@ -526,15 +525,22 @@ class RadixTree {
     return possible;
   }
 
-  // Moves live labels into a fresh arena once garbage outweighs a quarter of
-  // them, which bounds wasted memory at an amortised O(1) per freed token.
+  // Moves live labels into a fresh arena once garbage exceeds half the live
+  // tokens. The copy is O(live) and at least live/2 tokens were freed since
+  // the last one, so it costs amortised O(1) per freed token, and memory stays
+  // within 1.5x of what is live (plus one chunk).
   void maybe_compact() {
     const size_t garbage = arena_.garbage_tokens();
-    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 4 <= arena_.live_tokens()) return;
+    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 2 <= arena_.live_tokens()) return;
     LabelArena fresh(arena_.with_values());
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      Node& n = nodes_[i];
-      if (!n.alive || n.is_root) continue;
+    std::vector<uint32_t> stack;
+    for (uint32_t ns : namespace_ids()) stack.push_back(root_of(ns));
+    while (!stack.empty()) {
+      const uint32_t id = stack.back();
+      stack.pop_back();
+      Node& n = nodes_[id];
+      n.children.for_each([&](uint32_t, uint32_t c) { stack.push_back(c); });
+      if (n.is_root) continue;
       const LabelRef ref =
           fresh.allocate(arena_.tokens(n.chunk, n.offset),
                          arena_.with_values() ? arena_.values(n.chunk, n.offset) : nullptr, n.length);
@@ -570,11 +576,7 @@ class RadixTree {
     }
   }
 
-  // -- evictable-leaf heap (binary, indexed by Node::heap_pos) ----------------
-  struct EvictKey {
-    uint64_t a, b, c;
-  };
-
+  // The eviction key of a node under this tree's policy (see the file comment).
   EvictKey key_of(const Node& n) const {
     switch (policy_) {
       case EvictionPolicy::kLfu:
@@ -589,71 +591,12 @@ class RadixTree {
     }
   }
 
-  bool before(uint32_t x, uint32_t y) const {
-    const EvictKey kx = key_of(nodes_[x]);
-    const EvictKey ky = key_of(nodes_[y]);
-    if (kx.a != ky.a) return kx.a < ky.a;
-    if (kx.b != ky.b) return kx.b < ky.b;
-    return kx.c < ky.c;
-  }
-
-  void heap_set(size_t pos, uint32_t id) {
-    heap_[pos] = id;
-    nodes_[id].heap_pos = static_cast<uint32_t>(pos);
-  }
-
-  void sift_up(size_t pos) {
-    const uint32_t id = heap_[pos];
-    while (pos > 0) {
-      const size_t parent = (pos - 1) / 2;
-      if (!before(id, heap_[parent])) break;
-      heap_set(pos, heap_[parent]);
-      pos = parent;
-    }
-    heap_set(pos, id);
-  }
-
-  void sift_down(size_t pos) {
-    const uint32_t id = heap_[pos];
-    const size_t n = heap_.size();
-    while (true) {
-      size_t child = 2 * pos + 1;
-      if (child >= n) break;
-      if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
-      if (!before(heap_[child], id)) break;
-      heap_set(pos, heap_[child]);
-      pos = child;
-    }
-    heap_set(pos, id);
-  }
-
-  void heap_push(uint32_t id) {
-    heap_.push_back(id);
-    sift_up(heap_.size() - 1);
-  }
-
-  void heap_remove(uint32_t id) {
-    const size_t pos = nodes_[id].heap_pos;
-    const uint32_t last = heap_.back();
-    heap_.pop_back();
-    nodes_[id].heap_pos = kNoNode;
-    if (last == id) return;
-    heap_set(pos, last);
-    sift_up(pos);
-    sift_down(nodes_[last].heap_pos);
-  }
-
-  void heap_fix(uint32_t id) {
-    sift_up(nodes_[id].heap_pos);
-    sift_down(nodes_[id].heap_pos);
-  }
-
   uint32_t page_size_;
   EvictionPolicy policy_;
   uint64_t capacity_;
   LabelArena arena_;
   NodePool<Node> nodes_;
-  std::vector<uint32_t> heap_;
+  EvictHeap heap_;
   std::unordered_map<uint32_t, uint32_t> roots_;  // namespace id -> root (ns 0 is node 0)
   std::vector<Value> pending_evicted_;
   TreeObserver* observer_ = nullptr;
