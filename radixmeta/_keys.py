@@ -74,11 +74,11 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         msg = f"{name} must be an integer, got {type(value).__name__}"
         raise InputTypeError(msg)
-    value = int(value)
-    if value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
+    number = int(value)
+    if number < minimum:
+        msg = f"{name} must be >= {minimum}, got {number}"
         raise InvalidInputError(msg)
-    return value
+    return number
 
 
 def check_priority(value: Any) -> int:
@@ -86,8 +86,8 @@ def check_priority(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         msg = f"priority must be an integer, got {type(value).__name__}"
         raise InputTypeError(msg)
-    value = int(value)
-    if not INT64_MIN <= value <= INT64_MAX:
-        msg = f"priority = {value} is outside the int64 range"
+    number = int(value)
+    if not INT64_MIN <= number <= INT64_MAX:
+        msg = f"priority = {number} is outside the int64 range"
         raise InvalidInputError(msg)
-    return value
+    return number

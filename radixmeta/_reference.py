@@ -71,7 +71,7 @@ class _TreeNode:
         self.serial = 0
         self.priority = 0
         self.generation = 0
-        self.depth = (parent.depth if parent is not None else 0) + len(label)
+        self.depth: int = (parent.depth if parent is not None else 0) + len(label)
 
 
 class Node:
@@ -421,11 +421,12 @@ class CacheCore:
         self._init_state()
 
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
-        out = []
+        out: list[tuple[np.ndarray, np.ndarray]] = []
         root = self._roots.get(namespace)
         if root is None:
             return out
-        stack = [(root, (), ())]
+        empty: tuple[int, ...] = ()
+        stack = [(root, empty, empty)]
         while stack:
             node, toks, vals = stack.pop()
             toks, vals = toks + node.label, vals + node.values

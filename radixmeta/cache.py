@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from radixmeta._impl import backend
+
+if TYPE_CHECKING:  # both backends have this API; the stub describes it
+    from radixmeta._core import CacheCore as _CacheCore
+    from radixmeta._core import Node
+else:
+    _CacheCore = backend.CacheCore
+    Node = backend.Node
 
 __all__ = ["RadixCache"]
 
 
-class RadixCache(backend.CacheCore):  # type: ignore[misc, name-defined]
+class RadixCache(_CacheCore):
     """A radix tree over token ids that maps cached prefixes to KV-cache slots.
 
     Parameters
@@ -56,7 +64,7 @@ class RadixCache(backend.CacheCore):  # type: ignore[misc, name-defined]
     __slots__ = ()
 
     @contextmanager
-    def locked(self, node: object) -> Iterator[object]:
+    def locked(self, node: Node) -> Iterator[Node]:
         """Hold a lock on ``node`` (and so on its whole path) for the ``with`` block.
 
         Complexity: O(depth of the node in nodes), twice.

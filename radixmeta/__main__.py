@@ -1,0 +1,104 @@
+"""``python -m radixmeta``: a short demonstration of RadixCache with timings.
+
+It plays one worker's serving loop over a synthetic workload of requests that
+share system prompts and few-shot blocks: match the longest cached prefix, lock
+it while the request "runs", store the new tokens (freeing duplicate slots),
+and evict when the KV pool is full. It prints the hit rate, the per-operation
+latency and the memory the tree uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from radixmeta import RadixCache, implementation
+
+
+def _workload(seed: int, requests: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(0, 32000, 512, dtype=np.uint32) for _ in range(20)]
+    shots = [rng.integers(0, 32000, 128, dtype=np.uint32) for _ in range(50)]
+    out = []
+    for _ in range(requests):
+        question = rng.integers(0, 32000, int(rng.integers(32, 256)), dtype=np.uint32)
+        system = systems[int(rng.zipf(1.5)) % len(systems)]
+        out.append(np.concatenate([system, shots[int(rng.integers(0, len(shots)))], question]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m radixmeta", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="requests to serve")
+    parser.add_argument("--pool", type=int, default=400_000, help="KV pool size in tokens")
+    parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    print(f"radixmeta RadixCache demo ({implementation} core), page_size={args.page_size}, "
+          f"KV pool {args.pool:,} tokens, {args.requests:,} requests")
+    requests = _workload(args.seed, args.requests)
+    cache = RadixCache(page_size=args.page_size)
+    free_slots = list(range(args.pool))  # a toy KV allocator: a stack of free slot ids
+    timings = {"match_prefix": 0, "lock+unlock": 0, "insert": 0, "evict": 0}
+    counts = dict.fromkeys(timings, 0)
+    prompt_tokens = hit_tokens = 0
+    clock = time.perf_counter_ns
+    started = clock()
+    for i, tokens in enumerate(requests):
+        t = clock()
+        match = cache.match_prefix(tokens)
+        timings["match_prefix"] += clock() - t
+        counts["match_prefix"] += 1
+        t = clock()
+        cache.lock(match.node)
+        timings["lock+unlock"] += clock() - t
+        prompt_tokens += len(tokens)
+        hit_tokens += match.length
+        need = len(tokens) - match.length
+        if need > len(free_slots):
+            t = clock()
+            freed = cache.evict(need - len(free_slots))
+            timings["evict"] += clock() - t
+            counts["evict"] += 1
+            free_slots.extend(freed.values.tolist())
+        if need > len(free_slots):
+            print(f"request {i}: KV pool too small for {need} tokens", file=sys.stderr)
+            cache.unlock(match.node)
+            continue
+        new_slots = np.array(free_slots[len(free_slots) - need :], dtype=np.int64)
+        del free_slots[len(free_slots) - need :]
+        values = np.concatenate([match.values, new_slots])
+        t = clock()
+        already = cache.insert(tokens, values)
+        timings["insert"] += clock() - t
+        counts["insert"] += 1
+        # The cache already held tokens[match.length:already] (another path
+        # stored them meanwhile): give those duplicate slots back.
+        free_slots.extend(values[match.length : already].tolist())
+        uncached = len(tokens) - len(tokens) % args.page_size
+        free_slots.extend(values[uncached:].tolist())
+        t = clock()
+        cache.unlock(match.node)
+        timings["lock+unlock"] += clock() - t
+        counts["lock+unlock"] += 1
+    elapsed = (clock() - started) / 1e9
+    cache.check()
+
+    print(f"served in {elapsed:.2f} s; prefix hit rate {hit_tokens / prompt_tokens:.1%} "
+          f"({hit_tokens:,} of {prompt_tokens:,} prompt tokens)")
+    print(f"{'operation':<14}{'calls':>10}{'mean':>12}")
+    for name, total in timings.items():
+        calls = counts[name]
+        mean = f"{total / calls / 1000:.2f} us" if calls else "-"
+        print(f"{name:<14}{calls:>10,}{mean:>12}")
+    print(f"tree: {cache.node_count:,} nodes, {cache.total_size:,} tokens cached, "
+          f"{cache.memory_usage() / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
