@@ -82,6 +82,11 @@ class LabelArena {
   const Value* values(uint32_t chunk, uint32_t offset) const {
     return chunks_[chunk].values.get() + offset;
   }
+  // The values that sit beside the tokens at `label` in the same chunk.
+  const Value* values_for(uint32_t chunk, const Token* label) const {
+    const Chunk& c = chunks_[chunk];
+    return c.values.get() + (label - c.tokens.get());
+  }
 
   size_t live_tokens() const { return live_; }
   size_t garbage_tokens() const { return garbage_; }

@@ -45,25 +45,29 @@ inline constexpr uint64_t kNoCapacity = UINT64_MAX;
 
 enum class EvictionPolicy : uint8_t { kLru = 0, kLfu = 1, kFifo = 2, kPriority = 3 };
 
-struct Node {
+// 128 bytes, aligned to cache lines: the fields a walk touches come first, so
+// a step down the tree reads one line of the node.
+struct alignas(64) Node {
+  const Token* label = nullptr;  // the edge's tokens, inside arena chunk `chunk`
+  uint32_t length = 0;           // tokens on the edge into this node
   uint32_t parent = kNoNode;
-  uint32_t generation = 0;
-  uint32_t chunk = 0;   // label = arena slice (chunk, offset, length)
-  uint32_t offset = 0;
-  uint32_t length = 0;  // tokens on the edge into this node
+  Children children;
   uint32_t lock_count = 0;
   uint32_t hit_count = 0;
-  uint32_t depth = 0;           // tokens from the root to the end of this node
-  uint32_t ns = 0;              // namespace id of the root this node hangs from
-  int64_t priority = 0;
   uint64_t last_access = 0;
+  // -- second cache line: colder fields --
+  int64_t priority = 0;
   uint64_t created = 0;
   uint64_t serial = 0;
   LocationSet locations;
-  Children children;
+  uint32_t chunk = 0;
+  uint32_t generation = 0;
+  uint32_t depth = 0;  // tokens from the root to the end of this node
+  uint32_t ns = 0;     // namespace id of the root this node hangs from
   bool alive = false;
   bool is_root = false;
 };
+static_assert(sizeof(Node) == 128, "Node should stay two cache lines");
 
 struct MatchOutcome {
   uint32_t node;
@@ -98,15 +102,38 @@ class TreeObserver {
 
 namespace detail {
 
-// Length of the common prefix of a[0..n) and b[0..n). One memcmp settles the
-// common full-hit case at memory speed; a miss narrows down by 64-token blocks.
+// Length of the common prefix of a[0..n) and b[0..n). Short labels (most
+// edges below the top of a tree) are compared inline four tokens at a time;
+// long ones with one memcmp, which settles the common full-hit case at memory
+// speed, then narrow down by 64-token blocks on a miss.
 inline size_t common_prefix(const Token* a, const Token* b, size_t n) {
-  if (std::memcmp(a, b, n * sizeof(Token)) == 0) return n;
-  constexpr size_t kBlock = 64;
   size_t i = 0;
-  while (i + kBlock <= n && std::memcmp(a + i, b + i, kBlock * sizeof(Token)) == 0) i += kBlock;
+  if (n >= 64) {
+    if (std::memcmp(a, b, n * sizeof(Token)) == 0) return n;
+    constexpr size_t kBlock = 64;
+    while (i + kBlock <= n && std::memcmp(a + i, b + i, kBlock * sizeof(Token)) == 0) i += kBlock;
+  }
+  for (; i + 4 <= n; i += 4) {
+    uint64_t x0, x1, y0, y1;
+    std::memcpy(&x0, a + i, 8);
+    std::memcpy(&x1, a + i + 2, 8);
+    std::memcpy(&y0, b + i, 8);
+    std::memcpy(&y1, b + i + 2, 8);
+    if (((x0 ^ y0) | (x1 ^ y1)) != 0) break;
+  }
   while (i < n && a[i] == b[i]) ++i;
   return i;
+}
+
+// Copies n elements; an inline loop for the short runs typical of edges
+// (a libc memcpy call costs more than copying a few dozen values).
+template <class T>
+inline void copy_short(const T* src, size_t n, T* dst) {
+  if (n > 64) {
+    std::memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 
 }  // namespace detail
@@ -144,11 +171,11 @@ class RadixTree {
   const Node& node(uint32_t id) const { return nodes_[id]; }
   const Token* label_tokens(uint32_t id) const {
     const Node& n = nodes_[id];
-    return arena_.tokens(n.chunk, n.offset);
+    return n.label;
   }
   const Value* label_values(uint32_t id) const {
     const Node& n = nodes_[id];
-    return arena_.values(n.chunk, n.offset);
+    return arena_.values_for(n.chunk, n.label);
   }
   // The root of namespace ns, or kNoNode if nothing was ever inserted there.
   uint32_t root_of(uint32_t ns) const {
@@ -161,14 +188,13 @@ class RadixTree {
   void path_values(uint32_t id, Value* out) const {
     for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
       const Node& n = nodes_[w];
-      std::memcpy(out + (n.depth - n.length), arena_.values(n.chunk, n.offset),
-                  size_t{n.length} * sizeof(Value));
+      detail::copy_short(arena_.values_for(n.chunk, n.label), n.length, out + (n.depth - n.length));
     }
   }
   void path_tokens(uint32_t id, Token* out) const {
     for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
       const Node& n = nodes_[w];
-      std::memcpy(out + (n.depth - n.length), arena_.tokens(n.chunk, n.offset),
+      std::memcpy(out + (n.depth - n.length), n.label,
                   size_t{n.length} * sizeof(Token));
     }
   }
@@ -244,11 +270,11 @@ class RadixTree {
       if (observer_ != nullptr) observer_->removed(*this, x);
       Node& xn = nodes_[x];
       if (freed != nullptr && store_values()) {
-        const Value* v = arena_.values(xn.chunk, xn.offset);
+        const Value* v = arena_.values_for(xn.chunk, xn.label);
         freed->insert(freed->end(), v, v + xn.length);
       }
       const uint32_t p = xn.parent;
-      nodes_[p].children.remove(arena_.tokens(xn.chunk, xn.offset)[0], x);
+      nodes_[p].children.remove(xn.label[0], x);
       evictable_ -= xn.length;
       done += xn.length;
       free_node(x);
@@ -339,7 +365,7 @@ class RadixTree {
           require(cn.alive && !cn.is_root, "a child is not a live node");
           require(cn.parent == id, "a child's parent link is wrong");
           require(cn.ns == n.ns, "a child is in another namespace");
-          require(arena_.tokens(cn.chunk, cn.offset)[0] == first, "a child is filed under the wrong key");
+          require(cn.label[0] == first, "a child is filed under the wrong key");
           child_locks += cn.lock_count;
           stack.push_back(c);
         });
@@ -400,8 +426,7 @@ class RadixTree {
     const uint32_t page = page_size_;
     return parent.children.find(key[0], [&](uint32_t c) {
       if (page == 1) return true;
-      const Node& cn = nodes_[c];
-      return std::memcmp(arena_.tokens(cn.chunk, cn.offset), key, page * sizeof(Token)) == 0;
+      return std::memcmp(nodes_[c].label, key, page * sizeof(Token)) == 0;
     });
   }
 
@@ -415,7 +440,7 @@ class RadixTree {
       if (c == kNoNode) break;
       const Node& cn = nodes_[c];
       const uint32_t len = cn.length;
-      uint64_t m = detail::common_prefix(arena_.tokens(cn.chunk, cn.offset), key + pos,
+      uint64_t m = detail::common_prefix(cn.label, key + pos,
                                          std::min<uint64_t>(len, n - pos));
       if (page_size_ != 1) m -= m % page_size_;  // >= one page: find_child confirmed it
       deepest = c;
@@ -445,7 +470,7 @@ class RadixTree {
     Node& un = nodes_[u];
     un.parent = cn.parent;
     un.chunk = cn.chunk;
-    un.offset = cn.offset;
+    un.label = cn.label;
     un.length = m;
     un.depth = cn.depth - (cn.length - m);
     un.ns = cn.ns;
@@ -458,12 +483,12 @@ class RadixTree {
     un.serial = ++serial_;
     un.alive = true;
     un.is_root = false;
-    const Token first_upper = arena_.tokens(cn.chunk, cn.offset)[0];
-    cn.offset += m;
+    const Token first_upper = cn.label[0];
+    cn.label += m;
     cn.length -= m;
     cn.parent = u;
     nodes_[un.parent].children.replace(first_upper, c, u);
-    un.children.add(arena_.tokens(cn.chunk, cn.offset)[0], c);
+    un.children.add(cn.label[0], c);
     ++node_count_;
     return u;
   }
@@ -476,7 +501,7 @@ class RadixTree {
     Node& pn = nodes_[parent];
     xn.parent = parent;
     xn.chunk = ref.chunk;
-    xn.offset = ref.offset;
+    xn.label = arena_.tokens(ref.chunk, ref.offset);
     xn.length = len;
     xn.depth = pn.depth + len;
     xn.ns = pn.ns;
@@ -542,10 +567,10 @@ class RadixTree {
       n.children.for_each([&](uint32_t, uint32_t c) { stack.push_back(c); });
       if (n.is_root) continue;
       const LabelRef ref =
-          fresh.allocate(arena_.tokens(n.chunk, n.offset),
-                         arena_.with_values() ? arena_.values(n.chunk, n.offset) : nullptr, n.length);
+          fresh.allocate(n.label,
+                         arena_.with_values() ? arena_.values_for(n.chunk, n.label) : nullptr, n.length);
       n.chunk = ref.chunk;
-      n.offset = ref.offset;
+      n.label = fresh.tokens(ref.chunk, ref.offset);
     }
     arena_.swap(fresh);
   }

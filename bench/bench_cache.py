@@ -1,0 +1,117 @@
+"""pytest-benchmark suite for RadixCache's hot paths (not part of the test suite).
+
+Run: ``python -m pytest bench/bench_cache.py --benchmark-only`` (add
+``--benchmark-json=out.json`` to keep the numbers). Each benchmark runs on the
+native core and on the pure-Python reference, so the table pytest-benchmark
+prints compares the two in one run on the same data; ``bench/compare.py`` adds
+SGLang and prints ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import workloads  # noqa: E402
+
+from radixmeta import _core, _reference  # noqa: E402
+
+IMPLEMENTATIONS = {"native": _core.CacheCore, "reference": _reference.CacheCore}
+# The reference is ~100x slower: it gets a slice of the workload so the suite
+# finishes; benchmarks report per-call times, which stay comparable.
+SEQUENCES = {"native": 2000, "reference": 200}
+
+
+@pytest.fixture(scope="module")
+def two_level() -> list[np.ndarray]:
+    return workloads.two_level(seed=0)
+
+
+@pytest.fixture(scope="module")
+def deep() -> tuple[list[np.ndarray], np.ndarray]:
+    # stride=128: 16 explicit branch points along the prompt, a chat-like depth.
+    return workloads.deep_tree(seed=0, stride=128)  # type: ignore[no-any-return]
+
+
+def _filled(impl: str, page_size: int, seqs: list[np.ndarray]) -> Any:
+    cache = IMPLEMENTATIONS[impl](page_size)
+    for seq in seqs:
+        cache.insert(seq)
+    return cache
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_insert(benchmark: Any, impl: str, page_size: int, two_level: list[np.ndarray]) -> None:
+    seqs = two_level[: SEQUENCES[impl]]
+    values = workloads.slot_values(seqs)
+
+    def run() -> None:
+        cache = IMPLEMENTATIONS[impl](page_size)
+        for seq, val in zip(seqs, values, strict=True):
+            cache.insert(seq, val)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["per_call"] = "divide by %d sequences" % len(seqs)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_match_full_hit(
+    benchmark: Any, impl: str, page_size: int, two_level: list[np.ndarray]
+) -> None:
+    seqs = two_level[: SEQUENCES[impl]]
+    cache = _filled(impl, page_size, seqs)
+    query = seqs[len(seqs) // 2]
+    result = benchmark(cache.match_prefix, query)
+    assert result.length == len(query) - len(query) % page_size
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_match_deep_tree_2048(
+    benchmark: Any, impl: str, deep: tuple[list[np.ndarray], np.ndarray]
+) -> None:
+    seqs, prompt = deep
+    if impl == "reference":
+        seqs = seqs[:2000]  # the prompt and its branches come first
+    cache = _filled(impl, 1, seqs)
+    prompt32 = prompt.astype(np.uint32)
+    result = benchmark(cache.match_prefix, prompt32)
+    assert result.length == 2048
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_lock_unlock_pair(benchmark: Any, impl: str, two_level: list[np.ndarray]) -> None:
+    seqs = two_level[: SEQUENCES[impl]]
+    cache = _filled(impl, 1, seqs)
+    node = cache.match_prefix(seqs[0]).node
+
+    def pair() -> None:
+        cache.lock(node)
+        cache.unlock(node)
+
+    benchmark(pair)
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_evict_all_in_4096_token_calls(
+    benchmark: Any, impl: str, two_level: list[np.ndarray]
+) -> None:
+    seqs = two_level[: SEQUENCES[impl]]
+
+    def setup() -> tuple[tuple[Any], dict[str, Any]]:
+        return (_filled(impl, 1, seqs),), {}
+
+    def drain(cache: Any) -> None:
+        evict: Callable[[int], Any] = cache.evict
+        while cache.evictable_size:
+            evict(4096)
+
+    benchmark.pedantic(drain, setup=setup, rounds=3, iterations=1)
