@@ -76,6 +76,8 @@ cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
             raise InputTypeError(
                 f"{name} must be a sequence of integers, got {type(obj).__name__}"
             ) from exc
+    if cnp.PyArray_NDIM(arr) == 0:  # a scalar, None, or an object numpy cannot read
+        raise InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
     if cnp.PyArray_NDIM(arr) != 1:
         raise InvalidInputError(
             f"{name} must be 1-D, got an array with {cnp.PyArray_NDIM(arr)} dimensions"
@@ -483,7 +485,7 @@ cdef class CacheCore:
         """Release one lock taken by :meth:`lock`. O(depth + log n)."""
         cdef uint32_t index = self._node_index(node)
         cdef RadixTree* tree = self._tree.get()
-        if not tree.node(index).is_root and tree.node(index).lock_count == 0:
+        if not tree.node(index).is_root and tree.node(index).own_locks == 0:
             raise LockError("node is not locked")
         tree.unlock(index)
 

@@ -30,6 +30,9 @@ def _as_integer_list(obj: Any, name: str) -> list[int]:
         except Exception as exc:  # an object numpy cannot read at all
             msg = f"{name} must be a sequence of integers, got {type(obj).__name__}"
             raise InputTypeError(msg) from exc
+        if arr.ndim == 0:  # a scalar, None, or an object numpy cannot read
+            msg = f"{name} must be a sequence of integers, got {type(obj).__name__}"
+            raise InputTypeError(msg)
         if arr.ndim != 1:
             msg = f"{name} must be 1-D, got an array with {arr.ndim} dimensions"
             raise InvalidInputError(msg)

@@ -20,6 +20,7 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         uint32_t generation
         uint32_t length
         uint32_t lock_count
+        uint32_t own_locks
         uint32_t depth
         bool is_root
 

@@ -12,7 +12,10 @@ Rules both implementations share (tests depend on them):
 * ``match_prefix`` adds one to the hit count of every node on the matched path.
 * Each new node (a new leaf, or the upper half of a split) takes the next serial
   number. A split's upper half copies lock count, hit count, last access,
-  creation stamp and priority from the node it was cut from.
+  creation stamp and priority from the node it was cut from; locks taken on
+  the node itself stay with the lower half, which keeps its handle.
+* ``unlock(node)`` releases a lock taken on that very node; a count that only
+  comes from locked descendants raises ``LockError``.
 * The eviction order compares, smallest first: ``lru`` (last access, serial),
   ``lfu`` (hit count, last access, serial), ``fifo`` (creation stamp, serial),
   ``priority`` (priority, last access, serial). Serials are unique, so there are
@@ -50,6 +53,7 @@ class _TreeNode:
         "values",
         "children",
         "lock_count",
+        "own_locks",
         "hit_count",
         "last_access",
         "created",
@@ -65,6 +69,7 @@ class _TreeNode:
         self.values = values
         self.children: dict[tuple[int, ...], _TreeNode] = {}
         self.lock_count = 0
+        self.own_locks = 0  # locks taken on this node itself
         self.hit_count = 0
         self.last_access = 0
         self.created = 0
@@ -366,6 +371,8 @@ class CacheCore:
 
     def lock(self, node: Node) -> None:
         walk: _TreeNode | None = self._node_of(node)
+        if walk is not None and walk.parent is not None:
+            walk.own_locks += 1
         while walk is not None and walk.parent is not None:
             if walk.lock_count == 0:
                 self._evictable -= len(walk.label)
@@ -375,9 +382,12 @@ class CacheCore:
 
     def unlock(self, node: Node) -> None:
         target = self._node_of(node)
-        if target.parent is not None and target.lock_count == 0:
+        # Only a lock taken on this very node may be released through it.
+        if target.parent is not None and target.own_locks == 0:
             msg = "node is not locked"
             raise LockError(msg)
+        if target.parent is not None:
+            target.own_locks -= 1
         walk: _TreeNode | None = target
         while walk is not None and walk.parent is not None:
             walk.lock_count -= 1
@@ -476,7 +486,7 @@ class CacheCore:
                 if node.parent.parent is not None:
                     assert node.parent.lock_count >= node.lock_count
                 child_locks = sum(c.lock_count for c in node.children.values())
-                assert node.lock_count >= child_locks
+                assert node.lock_count == node.own_locks + child_locks
                 if node.lock_count:
                     protected += len(node.label)
                 else:

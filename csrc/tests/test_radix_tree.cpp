@@ -88,6 +88,27 @@ static void test_lock_and_evict_order() {
   CHECK(!threw);
 }
 
+static void test_unlock_needs_own_lock() {
+  RadixTree t(1, EvictionPolicy::kLru);
+  std::vector<Token> a{0, 0, 0, 0};
+  t.insert(0, a.data(), nullptr, 4, 0);
+  const auto deep = t.match_prefix(0, a.data(), 4);
+  t.lock(deep.node);
+  const auto upper = t.match_prefix(0, a.data(), 2);  // splits; upper counts the lock below
+  CHECK(t.node(upper.node).lock_count == 1);
+  bool threw = false;
+  try {
+    t.unlock(upper.node);
+  } catch (const std::logic_error&) {
+    threw = true;
+  }
+  CHECK(threw);
+  t.check_invariants();
+  t.unlock(deep.node);  // the lock taken on the lower half is still there to release
+  CHECK(t.protected_size() == 0);
+  t.check_invariants();
+}
+
 static void test_capacity() {
   RadixTree t(1, EvictionPolicy::kLru, true, 4);
   std::vector<Token> a{1, 2, 3}, b{7, 8, 9};
@@ -208,6 +229,7 @@ int main() {
   test_insert_match_split();
   test_pages();
   test_lock_and_evict_order();
+  test_unlock_needs_own_lock();
   test_capacity();
   test_namespaces_and_reset();
   test_location_set();

@@ -14,7 +14,10 @@
 //  * Every new node (a new leaf, or the upper half of a split) takes the next
 //    serial number. The upper half of a split copies the lock count, hit
 //    count, last access, creation stamp, priority and locations of the node
-//    it was cut from; the lower half keeps its id, so handles to it stay valid.
+//    it was cut from; the lower half keeps its id (so handles to it stay
+//    valid) and the locks taken on it.
+//  * unlock(id) releases a lock taken on that very node; a count that only
+//    comes from locked descendants is not its to release.
 //  * The eviction order is ascending by key: lru (last access, serial),
 //    lfu (hit count, last access, serial), fifo (creation, serial), priority
 //    (priority, last access, serial). Serials are unique, so ties cannot occur.
@@ -64,6 +67,7 @@ struct alignas(64) Node {
   uint32_t generation = 0;
   uint32_t depth = 0;  // tokens from the root to the end of this node
   uint32_t ns = 0;     // namespace id of the root this node hangs from
+  uint32_t own_locks = 0;  // locks taken on this node itself (lock_count adds descendants')
   bool alive = false;
   bool is_root = false;
 };
@@ -236,6 +240,7 @@ class RadixTree {
 
   // Adds a lock on id and every ancestor below the root.
   void lock(uint32_t id) {
+    if (!nodes_[id].is_root) ++nodes_[id].own_locks;
     for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
       Node& n = nodes_[w];
       if (n.lock_count == 0) {
@@ -248,8 +253,11 @@ class RadixTree {
   }
 
   void unlock(uint32_t id) {
-    if (!nodes_[id].is_root && nodes_[id].lock_count == 0)
+    // Only a lock taken on this very node may be released through it: a
+    // count that comes from a locked descendant is not this node's to drop.
+    if (!nodes_[id].is_root && nodes_[id].own_locks == 0)
       throw std::logic_error("radixmeta: node is not locked");
+    if (!nodes_[id].is_root) --nodes_[id].own_locks;
     for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
       Node& n = nodes_[w];
       if (--n.lock_count == 0) {
@@ -374,7 +382,8 @@ class RadixTree {
         label_tokens += n.length;
         require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
         require(n.depth == nodes_[n.parent].depth + n.length, "a depth is wrong");
-        require(n.lock_count >= child_locks, "a lock count is below its children's sum");
+        require(n.lock_count == n.own_locks + child_locks,
+                "a lock count differs from its own locks plus its children's");
         (n.lock_count > 0 ? protected_tokens : evictable) += n.length;
         const bool evictable_leaf = n.lock_count == 0 && n.children.empty();
         require(evictable_leaf == heap_.contains(id), "heap membership is wrong");
@@ -474,7 +483,8 @@ class RadixTree {
     un.length = m;
     un.depth = cn.depth - (cn.length - m);
     un.ns = cn.ns;
-    un.lock_count = cn.lock_count;
+    un.lock_count = cn.lock_count;  // every lock through c also passes through u
+    un.own_locks = 0;
     un.hit_count = cn.hit_count;
     un.last_access = cn.last_access;
     un.created = cn.created;
@@ -505,7 +515,7 @@ class RadixTree {
     xn.length = len;
     xn.depth = pn.depth + len;
     xn.ns = pn.ns;
-    xn.lock_count = xn.hit_count = 0;
+    xn.lock_count = xn.hit_count = xn.own_locks = 0;
     xn.last_access = xn.created = clock_;
     xn.priority = priority;
     xn.serial = ++serial_;
