@@ -225,6 +225,38 @@ static void test_random_against_model(uint32_t page, EvictionPolicy policy, uint
   CHECK(obs.stored_tokens - obs.removed_tokens == t.total_size());
 }
 
+// Evicting most of a large tree in scattered order leaves sparse arena chunks;
+// the evacuation that follows must move labels and values intact.
+static void test_arena_evacuation() {
+  RadixTree t(1, EvictionPolicy::kLru);
+  std::mt19937 rng(7);
+  std::vector<std::vector<Token>> keys;
+  for (int i = 0; i < 4000; ++i) {
+    std::vector<Token> k(100);
+    for (auto& x : k) x = rng() % 50000;
+    t.insert(0, k.data(), nullptr, k.size(), 0);
+    keys.push_back(k);
+  }
+  // Touch every third key so LRU eviction frees the others, spread over all chunks.
+  for (size_t i = 0; i < keys.size(); i += 3) t.match_prefix(0, keys[i].data(), keys[i].size());
+  std::vector<Value> freed;
+  t.evict(t.total_size() * 6 / 10, &freed);
+  CHECK(t.evacuations() > 0);
+  t.check_invariants();
+  size_t survivors = 0;
+  for (uint32_t leaf : t.leaves_in_order(0)) {
+    std::vector<Token> path(t.node(leaf).depth);
+    std::vector<Value> values(path.size());
+    t.path_tokens(leaf, path.data());
+    t.path_values(leaf, values.data());
+    for (size_t i = 0; i < path.size(); ++i) CHECK(values[i] == static_cast<Value>(path[i]));
+    ++survivors;
+  }
+  CHECK(survivors > 1000);
+  for (size_t i = 0; i < keys.size(); i += 3)
+    CHECK(t.match_prefix(0, keys[i].data(), keys[i].size()).length == 100);
+}
+
 int main() {
   test_insert_match_split();
   test_pages();
@@ -233,6 +265,7 @@ int main() {
   test_capacity();
   test_namespaces_and_reset();
   test_location_set();
+  test_arena_evacuation();
   for (uint32_t page : {1u, 4u})
     for (auto policy : {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kFifo,
                         EvictionPolicy::kPriority})

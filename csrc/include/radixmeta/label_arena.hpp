@@ -5,9 +5,10 @@
 // no copy. Storage comes in fixed-size chunks (not one growing vector) so that
 // reserved-but-unused memory stays bounded by one chunk, and a chunk whose
 // labels were all freed is returned at once. Freed slices inside a chunk that
-// still has live labels are garbage until the owner compacts (see
-// RadixTree::maybe_compact), which keeps garbage below a fixed fraction of the
-// live tokens.
+// still has live labels are garbage until the owner evacuates the sparse
+// chunks (see RadixTree::maybe_compact), which keeps garbage below the live
+// tokens. A few freed chunks are kept for reuse: a fresh chunk costs a page
+// fault per 4 KiB on first touch, which dominates a compaction on a VM.
 #pragma once
 
 #include <cstdint>
@@ -93,11 +94,28 @@ class LabelArena {
 
   size_t memory_bytes() const {
     const size_t per_token = sizeof(Token) + (with_values_ ? sizeof(Value) : 0);
-    return reserved_ * per_token + chunks_.capacity() * sizeof(Chunk) +
+    return (reserved_ + spares_.size() * chunk_tokens_) * per_token +
+           chunks_.capacity() * sizeof(Chunk) +
            free_slots_.capacity() * sizeof(uint32_t);
   }
 
+  // Flags every chunk (but the one being filled) whose live labels take less
+  // than three quarters of what it used; returns how many were flagged. Their
+  // labels should then be moved (allocate + release); a chunk whose last
+  // label leaves is freed. Chunks created meanwhile are never flagged.
+  size_t begin_evacuation() {
+    size_t flagged = 0;
+    for (uint32_t i = 0; i < chunks_.size(); ++i) {
+      Chunk& c = chunks_[i];
+      c.evacuating = i != current_ && c.capacity != 0 && size_t{c.live} * 4 < size_t{c.used} * 3;
+      flagged += c.evacuating ? 1 : 0;
+    }
+    return flagged;
+  }
+  bool evacuating(uint32_t chunk) const { return chunks_[chunk].evacuating; }
+
   void clear() {
+    spares_.clear();
     chunks_.clear();
     free_slots_.clear();
     current_ = kNone;
@@ -108,6 +126,7 @@ class LabelArena {
     std::swap(with_values_, other.with_values_);
     std::swap(chunk_tokens_, other.chunk_tokens_);
     chunks_.swap(other.chunks_);
+    spares_.swap(other.spares_);
     free_slots_.swap(other.free_slots_);
     std::swap(current_, other.current_);
     std::swap(live_, other.live_);
@@ -135,7 +154,14 @@ class LabelArena {
     uint32_t capacity = 0;
     uint32_t used = 0;
     uint32_t live = 0;
+    bool evacuating = false;  // its labels are being moved out (see begin_evacuation)
   };
+
+  struct Spare {
+    std::unique_ptr<Token[]> tokens;
+    std::unique_ptr<Value[]> values;
+  };
+  static constexpr size_t kMaxSpares = 4;
 
   uint32_t new_chunk(uint32_t capacity) {
     uint32_t index;
@@ -147,12 +173,19 @@ class LabelArena {
       chunks_.emplace_back();
     }
     Chunk& c = chunks_[index];
-    // new T[] without () leaves the memory untouched, so the OS maps pages
-    // only as labels are written.
-    c.tokens.reset(new Token[capacity]);
-    if (with_values_) c.values.reset(new Value[capacity]);
+    if (capacity == chunk_tokens_ && !spares_.empty()) {
+      c.tokens = std::move(spares_.back().tokens);
+      c.values = std::move(spares_.back().values);
+      spares_.pop_back();
+    } else {
+      // new T[] without () leaves the memory untouched, so the OS maps pages
+      // only as labels are written.
+      c.tokens.reset(new Token[capacity]);
+      if (with_values_) c.values.reset(new Value[capacity]);
+    }
     c.capacity = capacity;
     c.used = c.live = 0;
+    c.evacuating = false;
     reserved_ += capacity;
     return index;
   }
@@ -161,9 +194,14 @@ class LabelArena {
     Chunk& c = chunks_[index];
     garbage_ -= c.used;  // live is zero: everything it held was garbage
     reserved_ -= c.capacity;
-    c.tokens.reset();
-    c.values.reset();
+    if (c.capacity == chunk_tokens_ && spares_.size() < kMaxSpares) {
+      spares_.push_back(Spare{std::move(c.tokens), std::move(c.values)});
+    } else {
+      c.tokens.reset();
+      c.values.reset();
+    }
     c.capacity = c.used = c.live = 0;
+    c.evacuating = false;
     free_slots_.push_back(index);
   }
 
@@ -184,6 +222,7 @@ class LabelArena {
   uint32_t chunk_tokens_;
   std::vector<Chunk> chunks_;
   std::vector<uint32_t> free_slots_;
+  std::vector<Spare> spares_;
   uint32_t current_ = kNone;
   size_t live_ = 0;
   size_t garbage_ = 0;

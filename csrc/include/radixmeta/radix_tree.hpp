@@ -166,6 +166,8 @@ class RadixTree {
   uint64_t total_size() const { return evictable_ + protected_; }
   uint64_t node_count() const { return node_count_; }
   const TreeStats& stats() const { return stats_; }
+  // How many times the label arena was compacted (for tests and diagnostics).
+  uint64_t evacuations() const { return evacuations_; }
   void set_observer(TreeObserver* observer) { observer_ = observer; }
 
   // -- node access --------------------------------------------------------------
@@ -464,7 +466,9 @@ class RadixTree {
       t.last_access = clock_;
       if constexpr (mode == WalkMode::kMatch) ++t.hit_count;
       if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
-      if (heap_.contains(c)) heap_.update(c, key_of(t));
+      // Only an unlocked leaf is in the heap; checking that first skips a
+      // lookup in the heap's position array for every inner node.
+      if (t.children.empty() && t.lock_count == 0) heap_.update(c, key_of(t));
       node = c;
       pos += m;
       if (m < len) break;
@@ -560,14 +564,17 @@ class RadixTree {
     return possible;
   }
 
-  // Moves live labels into a fresh arena once garbage exceeds half the live
-  // tokens. The copy is O(live) and at least live/2 tokens were freed since
-  // the last one, so it costs amortised O(1) per freed token, and memory stays
-  // within 1.5x of what is live (plus one chunk).
+  // Once garbage outweighs the live tokens, moves the labels out of every
+  // sparse chunk (live < 3/4 of used) so those chunks are freed. Afterwards
+  // garbage is at most a third of the live tokens, so the next evacuation is
+  // at least 2/3 of the live tokens of frees away: the O(n) walk and the
+  // copies cost amortised O(1) per freed token, and the arena stays within
+  // twice the live tokens plus a chunk.
   void maybe_compact() {
     const size_t garbage = arena_.garbage_tokens();
-    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 2 <= arena_.live_tokens()) return;
-    LabelArena fresh(arena_.with_values());
+    if (garbage <= LabelArena::kDefaultChunkTokens || garbage <= arena_.live_tokens()) return;
+    if (arena_.begin_evacuation() == 0) return;
+    ++evacuations_;
     std::vector<uint32_t> stack;
     for (uint32_t ns : namespace_ids()) stack.push_back(root_of(ns));
     while (!stack.empty()) {
@@ -575,14 +582,13 @@ class RadixTree {
       stack.pop_back();
       Node& n = nodes_[id];
       n.children.for_each([&](uint32_t, uint32_t c) { stack.push_back(c); });
-      if (n.is_root) continue;
-      const LabelRef ref =
-          fresh.allocate(n.label,
-                         arena_.with_values() ? arena_.values_for(n.chunk, n.label) : nullptr, n.length);
+      if (n.is_root || !arena_.evacuating(n.chunk)) continue;
+      const LabelRef ref = arena_.allocate(
+          n.label, arena_.with_values() ? arena_.values_for(n.chunk, n.label) : nullptr, n.length);
+      arena_.release(n.chunk, n.length);
       n.chunk = ref.chunk;
-      n.label = fresh.tokens(ref.chunk, ref.offset);
+      n.label = arena_.tokens(ref.chunk, ref.offset);
     }
-    arena_.swap(fresh);
   }
 
   template <class F>
@@ -642,6 +648,7 @@ class RadixTree {
   uint64_t evictable_ = 0;
   uint64_t protected_ = 0;
   uint64_t node_count_ = 0;
+  uint64_t evacuations_ = 0;
 };
 
 }  // namespace radixmeta
