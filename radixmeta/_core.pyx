@@ -49,6 +49,10 @@ from radixmeta.errors import (
 
 cnp.import_array()
 
+cdef extern from "radixmeta/tokens.hpp" namespace "radixmeta" nogil:
+    bint narrow_to_tokens(const uint64_t* src, uint32_t* dst, size_t n)
+    bint all_non_negative(const int32_t* src, size_t n)
+
 cdef extern from "Python.h":
     bint PyLong_CheckExact(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
@@ -82,6 +86,9 @@ cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
         raise InvalidInputError(
             f"{name} must be 1-D, got an array with {cnp.PyArray_NDIM(arr)} dimensions"
         )
+    if cnp.PyArray_DIM(arr, 0) == 0 and arr.descr.kind == b'f':
+        # np.asarray([]) and np.asarray(range(0)) are float64: still no tokens.
+        return np.empty(0, dtype=np.uint32)
     cdef char kind = arr.descr.kind
     if kind != b'i' and kind != b'u':
         raise InputTypeError(f"{name} must hold integers, got dtype {arr.dtype}")
@@ -141,35 +148,17 @@ cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t**
     kind = arr.descr.kind
     n[0] = length
     if cnp.PyArray_ITEMSIZE(arr) == 4:
-        if kind == b'i' and _any_negative_int32(<const int32_t*>cnp.PyArray_DATA(arr), length):
+        if kind == b'i' and not all_non_negative(<const int32_t*>cnp.PyArray_DATA(arr), length):
             _raise_token_range(arr)
         # int32 without negatives has the same bits as uint32: use it in place.
         data[0] = <const uint32_t*>cnp.PyArray_DATA(arr)
         return arr
     # 64-bit: check the range and narrow into the scratch buffer in one pass.
     scratch.resize(length)
-    if _narrow_uint64(<const uint64_t*>cnp.PyArray_DATA(arr), scratch.data(), length):
+    if not narrow_to_tokens(<const uint64_t*>cnp.PyArray_DATA(arr), scratch.data(), length):
         _raise_token_range(arr)
     data[0] = scratch.data()
     return arr
-
-
-cdef inline bint _any_negative_int32(const int32_t* p, Py_ssize_t n) noexcept nogil:
-    cdef uint32_t acc = 0
-    cdef Py_ssize_t i
-    for i in range(n):  # a branch-free OR that the compiler vectorises
-        acc |= <uint32_t>p[i]
-    return (acc >> 31) != 0
-
-
-cdef inline bint _narrow_uint64(const uint64_t* src, uint32_t* dst, Py_ssize_t n) noexcept nogil:
-    """Copy the low 32 bits; return whether any value had high bits (or was negative)."""
-    cdef uint64_t acc = 0
-    cdef Py_ssize_t i
-    for i in range(n):
-        acc |= src[i]
-        dst[i] = <uint32_t>src[i]
-    return (acc >> 32) != 0
 
 
 cdef int _raise_token_range(cnp.ndarray arr) except -1:
@@ -468,9 +457,12 @@ cdef class CacheCore:
             prio = priority
         else:
             prio = check_priority(priority)
+        new_namespace = namespace is not None and namespace not in self._ns_ids
         cdef uint32_t ns = self._namespace_id(namespace, True)
         cdef InsertOutcome out = self._tree.get().insert(ns, data, value_data, n, prio)
         if not out.fits:
+            if new_namespace:  # a failed call creates nothing, not even a namespace
+                del self._ns_ids[namespace]
             raise CacheFullError(
                 f"cannot fit {out.new_tokens} new tokens under capacity {self._capacity}: "
                 f"{self._tree.get().total_size()} cached, {out.evictable} evictable"
