@@ -40,6 +40,7 @@
 #include "label_arena.hpp"
 #include "location_set.hpp"
 #include "node_pool.hpp"
+#include "tokens.hpp"
 
 namespace radixmeta {
 
@@ -131,10 +132,9 @@ inline size_t common_prefix(const Token* a, const Token* b, size_t n) {
 
 // Copies n elements; an inline loop for the short runs typical of edges
 // (a libc memcpy call costs more than copying a few dozen values).
-template <class T>
-inline void copy_short(const T* src, size_t n, T* dst) {
+inline void copy_short(const Value* src, size_t n, Value* dst) {
   if (n > 64) {
-    std::memcpy(dst, src, n * sizeof(T));
+    copy_values(src, dst, n);
     return;
   }
   for (size_t i = 0; i < n; ++i) dst[i] = src[i];
