@@ -10,7 +10,8 @@
 //  * A logical clock advances by one at the start of every match_prefix and
 //    insert; nodes on the walked path take that stamp as their last access.
 //  * match_prefix adds one to the hit count of every node on the matched path
-//    and splits the edge where the match ends inside it.
+//    (kept only under LFU, the one order that reads it) and splits the edge
+//    where the match ends inside it.
 //  * Every new node (a new leaf, or the upper half of a split) takes the next
 //    serial number. The upper half of a split copies the lock count, hit
 //    count, last access, creation stamp, priority and locations of the node
@@ -49,25 +50,26 @@ inline constexpr uint64_t kNoCapacity = UINT64_MAX;
 
 enum class EvictionPolicy : uint8_t { kLru = 0, kLfu = 1, kFifo = 2, kPriority = 3 };
 
-// 128 bytes, aligned to cache lines: the fields a walk touches come first, so
-// a step down the tree reads one line of the node.
+// 128 bytes, aligned to cache lines. The first line holds everything a walk
+// down (match, insert) or up (lock, unlock, path values) reads, so a step
+// costs one line; the second holds what eviction order and handles need.
 struct alignas(64) Node {
   const Token* label = nullptr;  // the edge's tokens, inside arena chunk `chunk`
   uint32_t length = 0;           // tokens on the edge into this node
-  uint32_t parent = kNoNode;
+  uint32_t parent = kNoNode;     // kNoNode exactly for roots
   Children children;
   uint32_t lock_count = 0;
-  uint32_t hit_count = 0;
+  uint32_t chunk = 0;
   uint64_t last_access = 0;
-  // -- second cache line: colder fields --
+  // -- second cache line --
+  uint32_t hit_count = 0;  // kept only under LFU, the one policy that reads it
+  uint32_t generation = 0;
   int64_t priority = 0;
   uint64_t created = 0;
   uint64_t serial = 0;
   LocationSet locations;
-  uint32_t chunk = 0;
-  uint32_t generation = 0;
-  uint32_t depth = 0;  // tokens from the root to the end of this node
-  uint32_t ns = 0;     // namespace id of the root this node hangs from
+  uint32_t depth = 0;      // tokens from the root to the end of this node
+  uint32_t ns = 0;         // namespace id of the root this node hangs from
   uint32_t own_locks = 0;  // locks taken on this node itself (lock_count adds descendants')
   bool alive = false;
   bool is_root = false;
@@ -192,16 +194,19 @@ class RadixTree {
 
   // Writes the values of the whole path root..id (node(id).depth of them).
   void path_values(uint32_t id, Value* out) const {
-    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+    size_t end = nodes_[id].depth;
+    for (uint32_t w = id; nodes_[w].parent != kNoNode; w = nodes_[w].parent) {
       const Node& n = nodes_[w];
-      detail::copy_short(arena_.values_for(n.chunk, n.label), n.length, out + (n.depth - n.length));
+      end -= n.length;
+      detail::copy_short(arena_.values_for(n.chunk, n.label), n.length, out + end);
     }
   }
   void path_tokens(uint32_t id, Token* out) const {
-    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+    size_t end = nodes_[id].depth;
+    for (uint32_t w = id; nodes_[w].parent != kNoNode; w = nodes_[w].parent) {
       const Node& n = nodes_[w];
-      std::memcpy(out + (n.depth - n.length), n.label,
-                  size_t{n.length} * sizeof(Token));
+      end -= n.length;
+      std::memcpy(out + end, n.label, size_t{n.length} * sizeof(Token));
     }
   }
 
@@ -243,7 +248,7 @@ class RadixTree {
   // Adds a lock on id and every ancestor below the root.
   void lock(uint32_t id) {
     if (!nodes_[id].is_root) ++nodes_[id].own_locks;
-    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+    for (uint32_t w = id; nodes_[w].parent != kNoNode; w = nodes_[w].parent) {
       Node& n = nodes_[w];
       if (n.lock_count == 0) {
         evictable_ -= n.length;
@@ -260,7 +265,7 @@ class RadixTree {
     if (!nodes_[id].is_root && nodes_[id].own_locks == 0)
       throw std::logic_error("radixmeta: node is not locked");
     if (!nodes_[id].is_root) --nodes_[id].own_locks;
-    for (uint32_t w = id; !nodes_[w].is_root; w = nodes_[w].parent) {
+    for (uint32_t w = id; nodes_[w].parent != kNoNode; w = nodes_[w].parent) {
       Node& n = nodes_[w];
       if (--n.lock_count == 0) {
         evictable_ += n.length;
@@ -464,7 +469,9 @@ class RadixTree {
       if (m < len) c = split(c, static_cast<uint32_t>(m));
       Node& t = nodes_[c];
       t.last_access = clock_;
-      if constexpr (mode == WalkMode::kMatch) ++t.hit_count;
+      if constexpr (mode == WalkMode::kMatch) {
+        if (policy_ == EvictionPolicy::kLfu) ++t.hit_count;
+      }
       if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
       // Only an unlocked leaf is in the heap; checking that first skips a
       // lookup in the heap's position array for every inner node.
