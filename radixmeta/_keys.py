@@ -36,6 +36,8 @@ def _as_integer_list(obj: Any, name: str) -> list[int]:
         if arr.ndim != 1:
             msg = f"{name} must be 1-D, got an array with {arr.ndim} dimensions"
             raise InvalidInputError(msg)
+        if arr.size == 0 and arr.dtype.kind == "f":
+            return []  # np.asarray([]) and np.asarray(range(0)) are float64: still no tokens
         if arr.dtype.kind not in "iu":
             msg = f"{name} must hold integers, got dtype {arr.dtype}"
             raise InputTypeError(msg)

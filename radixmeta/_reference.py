@@ -24,10 +24,12 @@ Rules both implementations share (tests depend on them):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
-from collections.abc import Hashable, Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +46,23 @@ from radixmeta.errors import (
 )
 
 _owner_ids = itertools.count(1)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _atomic(method: _F) -> _F:
+    """Run the method under the cache's lock.
+
+    The native core gets atomicity from the GIL, which it holds for a whole
+    operation; plain Python code can be interrupted between any two bytecodes,
+    so the reference takes a re-entrant lock instead.
+    """
+
+    @functools.wraps(method)
+    def locked(self: CacheCore, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 class _TreeNode:
@@ -143,6 +162,7 @@ class CacheCore:
         self._eviction = eviction
         self._capacity = None if capacity is None else check_int("capacity", capacity, 0)
         self._owner = next(_owner_ids)
+        self._mutex = threading.RLock()
         self._init_state()
 
     def _init_state(self) -> None:
@@ -169,22 +189,27 @@ class CacheCore:
         return self._capacity
 
     @property
+    @_atomic
     def evictable_size(self) -> int:
         return self._evictable
 
     @property
+    @_atomic
     def protected_size(self) -> int:
         return self._protected
 
     @property
+    @_atomic
     def total_size(self) -> int:
         return self._evictable + self._protected
 
     @property
+    @_atomic
     def node_count(self) -> int:
         return self._nodes
 
     @property
+    @_atomic
     def stats(self) -> CacheStats:
         return CacheStats(*self._stats)
 
@@ -248,11 +273,12 @@ class CacheCore:
         return node.parent is not None and node.lock_count == 0 and not node.children
 
     # -- core API -------------------------------------------------------------------
+    @_atomic
     def match_prefix(self, key: Any, *, namespace: Hashable = None) -> MatchResult:
         toks = self._aligned(key)
+        node = self._roots.get(namespace)  # may raise (unhashable): before any change
         self._clock += 1
         self._stats[0] += 1
-        node = self._roots.get(namespace)
         if node is None:
             return MatchResult(0, np.empty(0, np.int64), Node(self._owner, self._roots[None]))
         pos = 0
@@ -300,6 +326,7 @@ class CacheCore:
                 break
         return pos, node
 
+    @_atomic
     def insert(
         self,
         key: Any,
@@ -352,23 +379,35 @@ class CacheCore:
         need = self.total_size + len(toks) - matched - self._capacity
         if need <= 0:
             return
-        # The path this insert extends must survive the eviction it causes.
-        guard = Node(self._owner, deepest) if deepest is not None else None
-        if guard is not None:
+        # Room may come from anything but the matched prefix itself, which the
+        # insert extends: count the unlocked tokens of that prefix out.
+        on_path = 0
+        walk = deepest
+        while walk is not None and walk.parent is not None:
+            inside = min(walk.depth, matched) - (walk.depth - len(walk.label))
+            if walk.lock_count == 0:
+                on_path += inside
+            walk = walk.parent
+        available = self._evictable - on_path
+        if available < need:
+            msg = (
+                f"cannot fit {len(toks) - matched} new tokens under capacity "
+                f"{self._capacity}: {self.total_size} cached, {available} evictable"
+            )
+            raise CacheFullError(msg)
+        guard = None
+        if deepest is not None and deepest.parent is not None:
+            if deepest.depth > matched:  # cut it so the guard covers exactly the match
+                deepest = self._split(deepest, matched - (deepest.depth - len(deepest.label)))
+            guard = Node(self._owner, deepest)
             self.lock(guard)
         try:
-            if self._evictable < need:
-                msg = (
-                    f"cannot fit {len(toks) - matched} new tokens under capacity "
-                    f"{self._capacity}: {self.total_size} cached, "
-                    f"{self._evictable} evictable"
-                )
-                raise CacheFullError(msg)
             self._pending_evicted.extend(self._evict_tokens(need))
         finally:
             if guard is not None:
                 self.unlock(guard)
 
+    @_atomic
     def lock(self, node: Node) -> None:
         walk: _TreeNode | None = self._node_of(node)
         if walk is not None and walk.parent is not None:
@@ -380,6 +419,7 @@ class CacheCore:
             walk.lock_count += 1
             walk = walk.parent
 
+    @_atomic
     def unlock(self, node: Node) -> None:
         target = self._node_of(node)
         # Only a lock taken on this very node may be released through it.
@@ -396,9 +436,11 @@ class CacheCore:
                 self._protected -= len(walk.label)
             walk = walk.parent
 
+    @_atomic
     def lock_count(self, node: Node) -> int:
         return self._node_of(node).lock_count
 
+    @_atomic
     def evict(self, num_tokens: int) -> EvictResult:
         num_tokens = check_int("num_tokens", num_tokens, 0)
         return EvictResult(np.array(self._evict_tokens(num_tokens), dtype=np.int64))
@@ -420,16 +462,19 @@ class CacheCore:
         self._stats[3] += len(freed)
         return freed
 
+    @_atomic
     def take_evicted(self) -> np.ndarray:
         out = np.array(self._pending_evicted, dtype=np.int64)
         self._pending_evicted = []
         return out
 
+    @_atomic
     def reset(self) -> None:
         for node in self._all_nodes():
             node.generation += 1
         self._init_state()
 
+    @_atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
         out: list[tuple[np.ndarray, np.ndarray]] = []
         root = self._roots.get(namespace)
@@ -446,6 +491,7 @@ class CacheCore:
                 stack.append((child, toks, vals))
         return out
 
+    @_atomic
     def _structure(self, namespace: Hashable = None) -> list[tuple[int, np.ndarray, int]]:
         out: list[tuple[int, np.ndarray, int]] = []
         root = self._roots.get(namespace)
@@ -459,9 +505,11 @@ class CacheCore:
                 stack.append((child, level + 1))
         return out
 
+    @_atomic
     def namespaces(self) -> list[Hashable]:
         return list(self._roots)
 
+    @_atomic
     def memory_usage(self) -> int:
         total = sys.getsizeof(self._roots)
         for node in self._all_nodes():
@@ -469,6 +517,7 @@ class CacheCore:
             total += sys.getsizeof(node.label) + sys.getsizeof(node.values)
         return total
 
+    @_atomic
     def check(self) -> None:
         evictable = protected = nodes = 0
         for root in self._roots.values():

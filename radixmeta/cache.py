@@ -43,9 +43,10 @@ class RadixCache(_CacheCore):
 
     Notes
     -----
-    Thread safety: every method runs its whole tree operation while holding the
-    GIL and never releases it midway, so calls from several threads are atomic
-    with respect to each other. No internal lock is taken.
+    Thread safety: calls from several threads are atomic with respect to each
+    other. The native core holds the GIL for a whole operation and never
+    releases it midway (no lock of its own, so no extra cost); the pure-Python
+    reference takes an internal re-entrant lock per call.
 
     Examples
     --------

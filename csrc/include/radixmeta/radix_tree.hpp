@@ -552,8 +552,11 @@ class RadixTree {
     nodes_.release(x);
   }
 
-  // Evicts what an insert of key needs under the capacity, protecting the
-  // path the insert extends. Returns false (and changes nothing) if it cannot.
+  // Evicts what an insert of key needs under the capacity. Room may come from
+  // anything but the matched prefix, which the insert extends: if that is not
+  // enough, returns false having changed nothing. Otherwise the node holding
+  // the end of the match is cut there (the insert would cut it anyway), so a
+  // guard lock covers exactly the matched prefix while evicting.
   bool make_room(uint32_t ns, const Token* key, size_t n, InsertOutcome* out) {
     const uint32_t root = root_of(ns);
     Walk w{root, 0, root};
@@ -561,14 +564,27 @@ class RadixTree {
     out->new_tokens = n - w.length;
     if (total_size() + out->new_tokens <= capacity_) return true;
     const uint64_t need = total_size() + out->new_tokens - capacity_;
-    const bool guard = w.deepest != kNoNode && !nodes_[w.deepest].is_root;
-    if (guard) lock(w.deepest);
-    const bool possible = evictable_ >= need;
-    out->evictable = evictable_;
-    if (possible) evict(need, &pending_evicted_);
-    if (guard) unlock(w.deepest);
-    out->fits = possible;
-    return possible;
+    uint64_t on_path = 0;
+    for (uint32_t x = w.deepest; x != kNoNode && nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
+      const Node& xn = nodes_[x];
+      const uint64_t start = xn.depth - xn.length;
+      if (xn.lock_count == 0) on_path += std::min<uint64_t>(xn.depth, w.length) - start;
+    }
+    out->evictable = evictable_ - on_path;
+    out->fits = out->evictable >= need;
+    if (!out->fits) return false;
+    uint32_t guard = w.deepest;
+    if (guard != kNoNode && nodes_[guard].parent != kNoNode) {
+      const Node& g = nodes_[guard];
+      if (g.depth > w.length)
+        guard = split(guard, static_cast<uint32_t>(w.length - (g.depth - g.length)));
+      lock(guard);
+      evict(need, &pending_evicted_);
+      unlock(guard);
+    } else {
+      evict(need, &pending_evicted_);
+    }
+    return true;
   }
 
   // Once garbage outweighs the live tokens, moves the labels out of every
