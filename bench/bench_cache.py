@@ -19,9 +19,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import workloads  # noqa: E402
+import workloads
 
-from radixmeta import _core, _reference  # noqa: E402
+from radixmeta import _core, _reference
 
 IMPLEMENTATIONS = {"native": _core.CacheCore, "reference": _reference.CacheCore}
 # The reference is ~100x slower: it gets a slice of the workload so the suite
@@ -59,7 +59,7 @@ def test_insert(benchmark: Any, impl: str, page_size: int, two_level: list[np.nd
             cache.insert(seq, val)
 
     benchmark.pedantic(run, rounds=3, iterations=1)
-    benchmark.extra_info["per_call"] = "divide by %d sequences" % len(seqs)
+    benchmark.extra_info["per_call"] = f"divide by {len(seqs)} sequences"
 
 
 @pytest.mark.parametrize("page_size", [1, 16])

@@ -1,0 +1,148 @@
+"""Hammer one cache from several threads, then check it is consistent.
+
+Each slot value is inserted at most once, so whatever the interleaving, the values the
+tree holds must be exactly those stored minus those freed, and the counters must add up.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from radixmeta import RadixCache, _reference
+from radixmeta.errors import CacheFullError, StaleNodeError
+
+THREADS = 4
+OPS_PER_THREAD = 3000
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads as often as possible, to interleave calls finely."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+class Worker(threading.Thread):
+    def __init__(self, cache: Any, index: int, seed: int, barrier: threading.Barrier) -> None:
+        super().__init__(name=f"hammer-{index}")
+        self.cache = cache
+        self.index = index
+        self.seed = seed
+        self.barrier = barrier
+        self.stored: list[int] = []  # slot values the tree kept from our inserts
+        self.freed: list[int] = []  # slot values handed back by evict / take_evicted
+        self.lookups = self.hit_tokens = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.hammer()
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+    def hammer(self) -> None:
+        rng = random.Random(self.seed)
+        cache = self.cache
+        next_slot = (self.index + 1) * 10**9
+        held: list[Any] = []
+        namespaces = [None, "shared", f"own-{self.index}"]
+        stems = [[rng.randrange(6) for _ in range(12)] for _ in range(3)]
+        self.barrier.wait()
+        for _ in range(OPS_PER_THREAD):
+            stem = rng.choice(stems)
+            key = stem[: rng.randrange(len(stem) + 1)] + [
+                rng.randrange(6) for _ in range(rng.randrange(4))
+            ]
+            namespace = rng.choice(namespaces)
+            op = rng.random()
+            if op < 0.35:
+                values = list(range(next_slot, next_slot + len(key)))
+                next_slot += len(key)
+                try:
+                    kept_from = cache.insert(key, values, namespace=namespace)
+                except CacheFullError:
+                    continue
+                aligned = len(key) - len(key) % cache.page_size
+                self.stored.extend(values[kept_from:aligned])
+            elif op < 0.65:
+                result = cache.match_prefix(key, namespace=namespace)
+                self.lookups += 1
+                self.hit_tokens += result.length
+                if rng.random() < 0.5 and len(held) < 8:
+                    try:
+                        cache.lock(result.node)  # may have been evicted meanwhile
+                    except StaleNodeError:
+                        continue
+                    held.append(result.node)
+            elif op < 0.8 and held:
+                cache.unlock(held.pop(rng.randrange(len(held))))  # never stale: it is locked
+            elif op < 0.92:
+                self.freed.extend(cache.evict(rng.randrange(8)).values.tolist())
+            else:
+                self.freed.extend(cache.take_evicted().tolist())
+        for node in held:
+            cache.unlock(node)
+
+
+def hammer(cache: Any, seed: int) -> None:
+    barrier = threading.Barrier(THREADS)
+    workers = [Worker(cache, i, seed + i, barrier) for i in range(THREADS)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    errors = [w.error for w in workers if w.error is not None]
+    if errors:
+        raise errors[0]
+    cache.check()
+    freed = [v for w in workers for v in w.freed] + cache.take_evicted().tolist()
+    stored = [v for w in workers for v in w.stored]
+    held = {
+        int(v)
+        for ns in cache.namespaces()
+        for _, values in cache.items(namespace=ns)
+        for v in values
+    }
+    assert len(stored) == len(set(stored))
+    assert len(freed) == len(set(freed)), "a slot was freed twice"
+    assert set(freed) <= set(stored), "a slot never stored was freed"
+    assert held == set(stored) - set(freed)
+    assert cache.protected_size == 0
+    assert cache.evictable_size == cache.total_size == len(held)
+    if cache.capacity is not None:
+        assert cache.total_size <= cache.capacity
+    stats = cache.stats
+    assert stats.lookups == sum(w.lookups for w in workers)
+    assert stats.hit_tokens == sum(w.hit_tokens for w in workers)
+    assert stats.inserted_tokens == len(stored)
+    assert stats.evicted_tokens == len(freed)
+    # everything left can still be evicted, which returns exactly what was held
+    assert sorted(cache.evict(10**9).values.tolist()) == sorted(held)
+    assert cache.node_count == 0
+
+
+@pytest.mark.parametrize("capacity", [None, 64])
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_threads_on_radix_cache(
+    fast_switching: None, rng: Any, page_size: int, capacity: int | None
+) -> None:
+    """The public RadixCache on the active backend (GIL-atomic native, or the locked reference)."""
+    hammer(RadixCache(page_size, eviction="lru", capacity=capacity), rng.randrange(2**32))
+
+
+def test_threads_on_reference_core(fast_switching: None, rng: Any) -> None:
+    """The reference takes a lock per call, so it must survive the same hammering."""
+    hammer(_reference.CacheCore(1, eviction="lru", capacity=48), rng.randrange(2**32))
+
+
+@pytest.mark.parametrize("eviction", ["lfu", "priority"])
+def test_threads_on_native_core(fast_switching: None, rng: Any, native: Any, eviction: str) -> None:
+    hammer(native.CacheCore(1, eviction=eviction, capacity=48), rng.randrange(2**32))
