@@ -61,7 +61,6 @@ cdef extern from "Python.h":
 cdef object _owner_ids = itertools.count(1)
 cdef uint32_t _NO_NAMESPACE = 0xFFFFFFFE  # an id never assigned: "no such namespace"
 # Position in EVICTION_POLICIES is the value of the C++ EvictionPolicy enum.
-cdef dict _POLICY_CODES = {"lru": 0, "lfu": 1, "fifo": 2, "priority": 3}
 
 
 # -- argument conversion -------------------------------------------------------------
@@ -94,8 +93,8 @@ cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
         raise InputTypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if not cnp.PyArray_ISNOTSWAPPED(arr):
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
-        arr = np.ascontiguousarray(arr)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISALIGNED(arr):
+        arr = np.array(arr, order="C", copy=True)  # the core reads whole aligned words
     if cnp.PyArray_ITEMSIZE(arr) < 4:  # rare narrow dtypes: widen once
         arr = arr.astype(np.int64)
     return arr
@@ -132,6 +131,10 @@ cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t**
                     continue
                 value = item
             else:
+                # __index__ may run code that resizes the list under our
+                # pointer: go on over a frozen copy (a tuple is its own copy).
+                key = tuple(key)
+                items = PySequence_Fast_ITEMS(key)
                 value = _list_item(item, i, "key")
                 if 0 <= value <= 0xFFFFFFFF:
                     scratch[0][i] = <uint32_t>value
@@ -191,6 +194,8 @@ cdef object _load_values(object values, size_t key_length, vector[int64_t]* scra
                     continue
                 value = item
             else:
+                values = tuple(values)  # frozen against __index__ side effects, as above
+                items = PySequence_Fast_ITEMS(values)
                 value = _list_item(item, i, "values")
                 if -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
                     scratch[0][i] = <int64_t>value
@@ -273,8 +278,11 @@ cdef class Node:
     cdef uint64_t _owner
     cdef uint64_t _epoch
     cdef uint32_t _index
-    cdef uint32_t _generation
+    cdef uint64_t _generation
     cdef uint32_t _length
+
+    def __init__(self):
+        raise TypeError("Node handles come from match_prefix; they cannot be created directly")
 
     @property
     def length(self):
@@ -329,7 +337,7 @@ cdef class CacheCore:
         if capacity is not None:
             capacity = check_int("capacity", capacity, 0)
         self._tree.reset(new RadixTree(
-            page, <EvictionPolicy><int>_POLICY_CODES[eviction], True,
+            page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
             kNoCapacity if capacity is None else <uint64_t>min(capacity, kNoCapacity - 1),
         ))
         self._owner = next(_owner_ids)
@@ -398,21 +406,20 @@ cdef class CacheCore:
         cdef Node handle = <Node>node
         if handle._owner != self._owner:
             raise ForeignNodeError("node handle belongs to a different cache")
-        if (handle._epoch != self._tree.get().epoch()
-                or not self._tree.get().is_valid(handle._index, handle._generation)):
+        if not self._tree.get().is_valid(handle._index, handle._generation, handle._epoch):
             raise StaleNodeError(
                 "node handle is stale: its node was evicted or the cache was reset"
             )
         return handle._index
 
-    cdef Node _handle(self, uint32_t index):
+    cdef Node _handle(self, uint32_t index, uint64_t generation, uint32_t length):
+        """A handle from fields read while the tree was not yet handed back to Python."""
         cdef Node handle = Node.__new__(Node)
-        cdef RadixTree* tree = self._tree.get()
         handle._owner = self._owner
-        handle._epoch = tree.epoch()
+        handle._epoch = self._tree.get().epoch()
         handle._index = index
-        handle._generation = tree.node(index).generation
-        handle._length = tree.node(index).depth
+        handle._generation = generation
+        handle._length = length
         return handle
 
     # -- core API --------------------------------------------------------------------
@@ -428,14 +435,20 @@ cdef class CacheCore:
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef RadixTree* tree = self._tree.get()
+        # Creating a Python object can run arbitrary code (a collection runs
+        # finalizers, which may use this cache), so the values buffer exists
+        # before the walk and every read of the tree happens before any other
+        # object is made: the call stays atomic.
+        cdef cnp.ndarray buffer = _new_int64(n)
         cdef MatchOutcome m = tree.match_prefix(ns, data, n)
-        cdef cnp.ndarray values = _new_int64(m.length)
+        cdef uint64_t generation = tree.node(m.node).generation
+        cdef uint32_t depth = tree.node(m.node).depth
         if m.length:
-            tree.path_values(m.node, <int64_t*>cnp.PyArray_DATA(values))
+            tree.path_values(m.node, <int64_t*>cnp.PyArray_DATA(buffer))
         cdef MatchResult result = MatchResult.__new__(MatchResult)
         result.length = m.length
-        result.values = values
-        result.node = self._handle(m.node)
+        result.values = buffer if m.length == n else buffer[:m.length].copy()
+        result.node = self._handle(m.node, generation, depth)
         return result
 
     def insert(self, key, values=None, *, namespace=None, priority=0):
@@ -460,12 +473,13 @@ cdef class CacheCore:
         new_namespace = namespace is not None and namespace not in self._ns_ids
         cdef uint32_t ns = self._namespace_id(namespace, True)
         cdef InsertOutcome out = self._tree.get().insert(ns, data, value_data, n, prio)
+        cdef uint64_t total = self._tree.get().total_size()
         if not out.fits:
             if new_namespace:  # a failed call creates nothing, not even a namespace
                 del self._ns_ids[namespace]
             raise CacheFullError(
                 f"cannot fit {out.new_tokens} new tokens under capacity {self._capacity}: "
-                f"{self._tree.get().total_size()} cached, {out.evictable} evictable"
+                f"{total} cached, {out.evictable} evictable"
             )
         return out.prefix_length
 
@@ -510,13 +524,13 @@ cdef class CacheCore:
 
     def take_evicted(self):
         """Slots freed by capacity-driven eviction since the last call, in eviction order."""
-        cdef RadixTree* tree = self._tree.get()
-        cdef size_t n = tree.pending_evicted().size()
-        cdef cnp.ndarray values = _new_int64(n)
-        if n:
-            memcpy(cnp.PyArray_DATA(values), tree.pending_evicted().data(), n * sizeof(int64_t))
-        tree.clear_pending_evicted()
-        return values
+        cdef vector[int64_t]* taken = new vector[int64_t]()
+        taken.swap(self._tree.get().pending_evicted_mutable())  # atomically empties the queue
+        try:
+            return _adopt_int64(taken)
+        except BaseException:
+            del taken
+            raise
 
     def reset(self):
         """Empty the cache and its counters; every existing handle becomes stale. O(n)."""
@@ -529,16 +543,30 @@ cdef class CacheCore:
         cdef RadixTree* tree = self._tree.get()
         if tree.root_of(ns) == kNoNode:
             return []
+        # Read everything out of the tree first; only then make Python objects.
         cdef vector[uint32_t] leaves = tree.leaves_in_order(ns)
-        cdef cnp.ndarray toks, vals
-        out = []
+        cdef vector[size_t] ends
+        cdef size_t total = 0
         for leaf in leaves:
-            depth = tree.node(leaf).depth
-            toks = _new_uint32(depth)
-            vals = _new_int64(depth)
-            tree.path_tokens(leaf, <uint32_t*>cnp.PyArray_DATA(toks))
-            tree.path_values(leaf, <int64_t*>cnp.PyArray_DATA(vals))
-            out.append((toks, vals))
+            total += tree.node(leaf).depth
+            ends.push_back(total)
+        cdef vector[uint32_t] tokens = vector[uint32_t](total)
+        cdef vector[int64_t] values = vector[int64_t](total)
+        cdef size_t start = 0
+        for i in range(leaves.size()):
+            tree.path_tokens(leaves[i], tokens.data() + start)
+            tree.path_values(leaves[i], values.data() + start)
+            start = ends[i]
+        all_tokens = _new_uint32(total)
+        all_values = _new_int64(total)
+        if total:
+            memcpy(cnp.PyArray_DATA(all_tokens), tokens.data(), total * sizeof(uint32_t))
+            memcpy(cnp.PyArray_DATA(all_values), values.data(), total * sizeof(int64_t))
+        out = []
+        start = 0
+        for i in range(leaves.size()):
+            out.append((all_tokens[start:ends[i]].copy(), all_values[start:ends[i]].copy()))
+            start = ends[i]
         return out
 
     def _structure(self, namespace=None):
@@ -548,13 +576,24 @@ cdef class CacheCore:
         if tree.root_of(ns) == kNoNode:
             return []
         cdef vector[pair[uint32_t, uint32_t]] nodes = tree.structure(ns)
-        cdef cnp.ndarray label
-        out = []
+        cdef vector[uint32_t] locks
+        cdef vector[uint32_t] labels
+        cdef vector[size_t] ends
+        cdef uint32_t length
         for entry in nodes:
             length = tree.node(entry.first).length
-            label = _new_uint32(length)
-            memcpy(cnp.PyArray_DATA(label), tree.label_tokens(entry.first), length * sizeof(uint32_t))
-            out.append((entry.second, label, tree.node(entry.first).lock_count))
+            labels.insert(labels.end(), tree.label_tokens(entry.first),
+                          tree.label_tokens(entry.first) + length)
+            ends.push_back(labels.size())
+            locks.push_back(tree.node(entry.first).lock_count)
+        all_labels = _new_uint32(labels.size())
+        if labels.size():
+            memcpy(cnp.PyArray_DATA(all_labels), labels.data(), labels.size() * sizeof(uint32_t))
+        out = []
+        cdef size_t start = 0
+        for i in range(nodes.size()):
+            out.append((nodes[i].second, all_labels[start:ends[i]].copy(), locks[i]))
+            start = ends[i]
         return out
 
     def namespaces(self):

@@ -17,7 +17,7 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
 
     cdef cppclass Node:
         uint32_t parent
-        uint32_t generation
+        uint64_t generation
         uint32_t length
         uint32_t lock_count
         uint32_t own_locks
@@ -51,11 +51,11 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         uint64_t total_size()
         uint64_t node_count()
         const TreeStats& stats()
-        bool is_valid(uint32_t id, uint32_t generation)
+        bool is_valid(uint32_t id, uint64_t generation, uint64_t epoch)
         const Node& node(uint32_t id)
         const uint32_t* label_tokens(uint32_t id)
         uint32_t root_of(uint32_t ns)
-        void path_values(uint32_t id, int64_t* out)
+        void path_values(uint32_t id, int64_t* out) except +
         void path_tokens(uint32_t id, uint32_t* out)
         MatchOutcome match_prefix(uint32_t ns, const uint32_t* key, size_t n) except +
         InsertOutcome insert(uint32_t ns, const uint32_t* key, const int64_t* values,
@@ -63,8 +63,7 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         void lock(uint32_t id)
         void unlock(uint32_t id) except +
         uint64_t evict(uint64_t num_tokens, vector[int64_t]* freed) except +
-        const vector[int64_t]& pending_evicted()
-        void clear_pending_evicted()
+        vector[int64_t]& pending_evicted_mutable "pending_evicted_mutable"()
         void reset() except +
         vector[uint32_t] leaves_in_order(uint32_t ns) except +
         vector[pair[uint32_t, uint32_t]] structure(uint32_t ns) except +

@@ -80,10 +80,8 @@ class LabelArena {
   const Token* tokens(uint32_t chunk, uint32_t offset) const {
     return chunks_[chunk].tokens.get() + offset;
   }
-  const Value* values(uint32_t chunk, uint32_t offset) const {
-    return chunks_[chunk].values.get() + offset;
-  }
-  // The values that sit beside the tokens at `label` in the same chunk.
+  // The values that sit beside the tokens at `label` in the same chunk (the
+  // arena must store values).
   const Value* values_for(uint32_t chunk, const Token* label) const {
     const Chunk& c = chunks_[chunk];
     return c.values.get() + (label - c.tokens.get());
@@ -100,14 +98,14 @@ class LabelArena {
   }
 
   // Flags every chunk (but the one being filled) whose live labels take less
-  // than three quarters of what it used; returns how many were flagged. Their
+  // than seven eighths of what it used; returns how many were flagged. Their
   // labels should then be moved (allocate + release); a chunk whose last
   // label leaves is freed. Chunks created meanwhile are never flagged.
   size_t begin_evacuation() {
     size_t flagged = 0;
     for (uint32_t i = 0; i < chunks_.size(); ++i) {
       Chunk& c = chunks_[i];
-      c.evacuating = i != current_ && c.capacity != 0 && size_t{c.live} * 4 < size_t{c.used} * 3;
+      c.evacuating = i != current_ && c.capacity != 0 && size_t{c.live} * 8 < size_t{c.used} * 7;
       flagged += c.evacuating ? 1 : 0;
     }
     return flagged;
@@ -120,18 +118,6 @@ class LabelArena {
     free_slots_.clear();
     current_ = kNone;
     live_ = garbage_ = reserved_ = 0;
-  }
-
-  void swap(LabelArena& other) noexcept {
-    std::swap(with_values_, other.with_values_);
-    std::swap(chunk_tokens_, other.chunk_tokens_);
-    chunks_.swap(other.chunks_);
-    spares_.swap(other.spares_);
-    free_slots_.swap(other.free_slots_);
-    std::swap(current_, other.current_);
-    std::swap(live_, other.live_);
-    std::swap(garbage_, other.garbage_);
-    std::swap(reserved_, other.reserved_);
   }
 
   // Consistency of the chunk counters; returns false on a violation.

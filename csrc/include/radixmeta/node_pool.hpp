@@ -42,8 +42,6 @@ class NodePool {
 
   void release(uint32_t id) { free_.push_back(id); }
 
-  uint32_t free_count() const { return static_cast<uint32_t>(free_.size()); }
-
   void clear() {
     blocks_.clear();
     free_.clear();

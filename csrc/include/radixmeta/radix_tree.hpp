@@ -62,14 +62,13 @@ struct alignas(64) Node {
   uint32_t chunk = 0;
   uint64_t last_access = 0;
   // -- second cache line --
-  uint32_t hit_count = 0;  // kept only under LFU, the one policy that reads it
-  uint32_t generation = 0;
+  uint64_t generation = 0;  // bumped when freed: 64 bits never wrap in practice
   int64_t priority = 0;
   uint64_t created = 0;
   uint64_t serial = 0;
   LocationSet locations;
+  uint32_t hit_count = 0;  // kept only under LFU (the one order that reads it); saturates
   uint32_t depth = 0;      // tokens from the root to the end of this node
-  uint32_t ns = 0;         // namespace id of the root this node hangs from
   uint32_t own_locks = 0;  // locks taken on this node itself (lock_count adds descendants')
   bool alive = false;
   bool is_root = false;
@@ -173,17 +172,17 @@ class RadixTree {
   void set_observer(TreeObserver* observer) { observer_ = observer; }
 
   // -- node access --------------------------------------------------------------
-  bool is_valid(uint32_t id, uint32_t generation) const {
-    return id < nodes_.size() && nodes_[id].alive && nodes_[id].generation == generation;
+  // A handle (id, generation, epoch) still names the node it was made for.
+  // reset() frees every node block, so generations restart: the epoch tells
+  // handles from before a reset apart.
+  bool is_valid(uint32_t id, uint64_t generation, uint64_t epoch) const {
+    return epoch == epoch_ && id < nodes_.size() && nodes_[id].alive &&
+           nodes_[id].generation == generation;
   }
   const Node& node(uint32_t id) const { return nodes_[id]; }
   const Token* label_tokens(uint32_t id) const {
     const Node& n = nodes_[id];
     return n.label;
-  }
-  const Value* label_values(uint32_t id) const {
-    const Node& n = nodes_[id];
-    return arena_.values_for(n.chunk, n.label);
   }
   // The root of namespace ns, or kNoNode if nothing was ever inserted there.
   uint32_t root_of(uint32_t ns) const {
@@ -194,6 +193,7 @@ class RadixTree {
 
   // Writes the values of the whole path root..id (node(id).depth of them).
   void path_values(uint32_t id, Value* out) const {
+    if (!store_values()) throw std::logic_error("radixmeta: this tree stores no values");
     size_t end = nodes_[id].depth;
     for (uint32_t w = id; nodes_[w].parent != kNoNode; w = nodes_[w].parent) {
       const Node& n = nodes_[w];
@@ -289,7 +289,7 @@ class RadixTree {
         freed->insert(freed->end(), v, v + xn.length);
       }
       const uint32_t p = xn.parent;
-      nodes_[p].children.remove(xn.label[0], x);
+      nodes_[p].children.remove(page_key(xn.label), x);
       evictable_ -= xn.length;
       done += xn.length;
       free_node(x);
@@ -301,9 +301,10 @@ class RadixTree {
     return done;
   }
 
-  // Values freed by capacity-driven eviction in insert, not yet taken.
+  // Values freed by capacity-driven eviction in insert, not yet taken. The
+  // binding swaps them out in one step (no window in which more could arrive).
   const std::vector<Value>& pending_evicted() const { return pending_evicted_; }
-  void clear_pending_evicted() { pending_evicted_.clear(); }
+  std::vector<Value>& pending_evicted_mutable() { return pending_evicted_; }
 
   // Forgets everything; handles from before are told apart by the epoch.
   void reset() {
@@ -379,8 +380,7 @@ class RadixTree {
           const Node& cn = nodes_[c];
           require(cn.alive && !cn.is_root, "a child is not a live node");
           require(cn.parent == id, "a child's parent link is wrong");
-          require(cn.ns == n.ns, "a child is in another namespace");
-          require(cn.label[0] == first, "a child is filed under the wrong key");
+          require(page_key(cn.label) == first, "a child is filed under the wrong key");
           child_locks += cn.lock_count;
           stack.push_back(c);
         });
@@ -432,15 +432,25 @@ class RadixTree {
     Node& r = nodes_[id];
     r.parent = kNoNode;
     r.alive = r.is_root = true;
-    r.ns = ns;
     r.length = r.depth = 0;
     if (ns != 0) roots_.emplace(ns, id);
     return id;
   }
 
+  // The key children are filed under: the first token at page size 1, else a
+  // hash of the whole first page. Keying by the first token alone would put
+  // every child that starts with the same token (chat templates: every turn
+  // after a page-aligned system prompt) in one probe run.
+  uint32_t page_key(const Token* page) const {
+    if (page_size_ == 1) return page[0];
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (uint32_t i = 0; i < page_size_; ++i) h = (h ^ page[i]) * 0xFF51AFD7ED558CCDull;
+    return static_cast<uint32_t>(h >> 32);
+  }
+
   uint32_t find_child(const Node& parent, const Token* key) const {
     const uint32_t page = page_size_;
-    return parent.children.find(key[0], [&](uint32_t c) {
+    return parent.children.find(page_key(key), [&](uint32_t c) {
       if (page == 1) return true;
       return std::memcmp(nodes_[c].label, key, page * sizeof(Token)) == 0;
     });
@@ -470,7 +480,7 @@ class RadixTree {
       Node& t = nodes_[c];
       t.last_access = clock_;
       if constexpr (mode == WalkMode::kMatch) {
-        if (policy_ == EvictionPolicy::kLfu) ++t.hit_count;
+        if (policy_ == EvictionPolicy::kLfu && t.hit_count != UINT32_MAX) ++t.hit_count;
       }
       if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
       // Only an unlocked leaf is in the heap; checking that first skips a
@@ -493,7 +503,6 @@ class RadixTree {
     un.label = cn.label;
     un.length = m;
     un.depth = cn.depth - (cn.length - m);
-    un.ns = cn.ns;
     un.lock_count = cn.lock_count;  // every lock through c also passes through u
     un.own_locks = 0;
     un.hit_count = cn.hit_count;
@@ -504,12 +513,12 @@ class RadixTree {
     un.serial = ++serial_;
     un.alive = true;
     un.is_root = false;
-    const Token first_upper = cn.label[0];
+    const uint32_t upper_key = page_key(cn.label);
     cn.label += m;
     cn.length -= m;
     cn.parent = u;
-    nodes_[un.parent].children.replace(first_upper, c, u);
-    un.children.add(cn.label[0], c);
+    nodes_[un.parent].children.replace(upper_key, c, u);
+    un.children.add(page_key(cn.label), c);
     ++node_count_;
     return u;
   }
@@ -525,7 +534,6 @@ class RadixTree {
     xn.label = arena_.tokens(ref.chunk, ref.offset);
     xn.length = len;
     xn.depth = pn.depth + len;
-    xn.ns = pn.ns;
     xn.lock_count = xn.hit_count = xn.own_locks = 0;
     xn.last_access = xn.created = clock_;
     xn.priority = priority;
@@ -533,7 +541,7 @@ class RadixTree {
     xn.alive = true;
     xn.is_root = false;
     if (heap_.contains(parent)) heap_.remove(parent);  // it stops being a leaf
-    pn.children.add(key[0], x);
+    pn.children.add(page_key(key), x);
     heap_.push(x, key_of(xn));
     evictable_ += len;
     stats_.inserted_tokens += len;
@@ -587,15 +595,15 @@ class RadixTree {
     return true;
   }
 
-  // Once garbage outweighs the live tokens, moves the labels out of every
-  // sparse chunk (live < 3/4 of used) so those chunks are freed. Afterwards
-  // garbage is at most a third of the live tokens, so the next evacuation is
-  // at least 2/3 of the live tokens of frees away: the O(n) walk and the
-  // copies cost amortised O(1) per freed token, and the arena stays within
-  // twice the live tokens plus a chunk.
+  // Once garbage exceeds half the live tokens, moves the labels out of every
+  // sparse chunk (live < 7/8 of used) so those chunks are freed. Afterwards
+  // garbage is at most a seventh of the live tokens, so the next evacuation
+  // is at least a third of the live tokens of frees away: the O(n) walk and
+  // the copies cost amortised O(1) per freed token, and the arena stays
+  // within 1.5 times the live tokens plus a chunk.
   void maybe_compact() {
     const size_t garbage = arena_.garbage_tokens();
-    if (garbage <= LabelArena::kDefaultChunkTokens || garbage <= arena_.live_tokens()) return;
+    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 2 <= arena_.live_tokens()) return;
     if (arena_.begin_evacuation() == 0) return;
     ++evacuations_;
     std::vector<uint32_t> stack;
