@@ -47,6 +47,7 @@ from radixmeta.errors import (
 
 _owner_ids = itertools.count(1)
 _F = TypeVar("_F", bound=Callable[..., Any])
+_HIT_COUNT_MAX = 2**32 - 1  # the native core's hit counts saturate there
 
 
 def _atomic(method: _F) -> _F:
@@ -63,6 +64,13 @@ def _atomic(method: _F) -> _F:
             return method(self, *args, **kwargs)
 
     return locked  # type: ignore[return-value]
+
+
+def _require(condition: bool, what: str) -> None:
+    """An invariant check that, unlike ``assert``, survives ``python -O``."""
+    if not condition:
+        msg = f"radixmeta reference invariant violated: {what}"
+        raise AssertionError(msg)
 
 
 class _TreeNode:
@@ -155,6 +163,9 @@ class CacheCore:
         self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
     ) -> None:
         self._page_size = check_int("page_size", page_size, 1)
+        if self._page_size >= _keys.TOKEN_LIMIT:
+            msg = f"page_size must be < 2**32, got {self._page_size}"
+            raise InvalidInputError(msg)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
@@ -291,7 +302,7 @@ class CacheCore:
             if m < len(child.label):
                 child = self._split(child, m)
             child.last_access = self._clock
-            child.hit_count += 1
+            child.hit_count = min(child.hit_count + 1, _HIT_COUNT_MAX)
             node = child
             pos += m
             if m < len(child.label):
@@ -510,6 +521,11 @@ class CacheCore:
         return list(self._roots)
 
     @_atomic
+    def __reduce__(self) -> Any:
+        # Copying would share the tree and the lock between two objects.
+        msg = f"cannot pickle or copy {type(self).__name__!r} object"
+        raise TypeError(msg)
+
     def memory_usage(self) -> int:
         total = sys.getsizeof(self._roots)
         for node in self._all_nodes():
@@ -520,25 +536,32 @@ class CacheCore:
     @_atomic
     def check(self) -> None:
         evictable = protected = nodes = 0
+        p = self._page_size
         for root in self._roots.values():
-            assert root.parent is None and not root.label and root.lock_count == 0
+            _require(root.parent is None and not root.label, "a root is malformed")
+            _require(root.lock_count == 0, "a root is locked")
             stack = list(root.children.items())
             while stack:
                 first, node = stack.pop()
                 nodes += 1
-                p = self._page_size
-                assert node.parent is not None
-                assert len(node.label) > 0 and len(node.label) % p == 0
-                assert len(node.values) == len(node.label)
-                assert node.label[:p] == first
-                assert node.depth == node.parent.depth + len(node.label)
-                if node.parent.parent is not None:
-                    assert node.parent.lock_count >= node.lock_count
+                parent = node.parent
+                _require(parent is not None, "a child has no parent")
+                assert parent is not None  # for the type checker
+                whole_pages = len(node.label) > 0 and len(node.label) % p == 0
+                _require(whole_pages, "a label is not whole pages")
+                _require(len(node.values) == len(node.label), "values and label lengths differ")
+                _require(node.label[:p] == first, "a child is filed under the wrong key")
+                _require(node.depth == parent.depth + len(node.label), "a depth is wrong")
                 child_locks = sum(c.lock_count for c in node.children.values())
-                assert node.lock_count == node.own_locks + child_locks
+                _require(
+                    node.lock_count == node.own_locks + child_locks,
+                    "a lock count differs from its own locks plus its children's",
+                )
                 if node.lock_count:
                     protected += len(node.label)
                 else:
                     evictable += len(node.label)
                 stack.extend(node.children.items())
-        assert (evictable, protected, nodes) == (self._evictable, self._protected, self._nodes)
+        _require(evictable == self._evictable, "evictable_size is wrong")
+        _require(protected == self._protected, "protected_size is wrong")
+        _require(nodes == self._nodes, "node_count is wrong")

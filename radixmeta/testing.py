@@ -636,6 +636,9 @@ class BruteForceCache:
         self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
     ) -> None:
         self._page_size = _keys.check_int("page_size", page_size, 1)
+        if self._page_size >= _keys.TOKEN_LIMIT:
+            msg = f"page_size must be < 2**32, got {self._page_size}"
+            raise InvalidInputError(msg)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
@@ -812,7 +815,7 @@ class BruteForceCache:
         self._cut(namespace, toks[:pos])
         for meta in self._path(namespace, toks[:pos]):
             meta.last_access = self._clock
-            meta.hit_count += 1
+            meta.hit_count = min(meta.hit_count + 1, 2**32 - 1)  # native saturates
         self._counters[1] += pos
         values = self._cached[namespace][toks[:pos]] if pos else ()
         node = self._handle(namespace, toks[:pos])

@@ -413,6 +413,12 @@ def test_locked_context_manager(public: type) -> None:
 
 # -- accepted input types ---------------------------------------------------------------------
 TOKENS = [3, 1, 4, 1, 5, 9, 2, 6]
+def _unaligned(k: list[int], dtype: Any) -> Any:
+    """A view of the values one byte into a buffer, so no element is aligned."""
+    data = np.array(k, dtype=dtype).tobytes()
+    return np.frombuffer(b"\0" + data, dtype=dtype, offset=1)
+
+
 KEY_TYPES: list[tuple[str, Callable[[list[int]], Any]]] = [
     ("list", list),
     ("tuple", tuple),
@@ -435,6 +441,10 @@ KEY_TYPES: list[tuple[str, Callable[[list[int]], Any]]] = [
     ("fortran-slice", lambda k: np.asfortranarray(np.array([k, k], dtype=np.int16))[0]),
     ("numpy-scalars", lambda k: [np.int64(t) for t in k]),
     ("range", lambda k: range(k[0], k[0] + len(k))),
+    ("big-endian-int32", lambda k: np.array(k, dtype=">i4")),
+    ("big-endian-uint64", lambda k: np.array(k, dtype=">u8")),
+    ("unaligned-int64", lambda k: _unaligned(k, np.int64)),
+    ("unaligned-int32", lambda k: _unaligned(k, np.int32)),
 ]
 
 
