@@ -7,7 +7,9 @@ behave exactly like ``radixmeta._reference`` (same results, same exception
 types and messages), which the test suite checks call by call.
 
 Every method holds the GIL for its whole tree operation: the GIL is what makes
-calls from several threads atomic with respect to each other.
+calls from several threads atomic with respect to each other. Creating a Python
+object can run a collection, whose finalizers may run any code, so each method
+reads all it needs out of the tree before it creates any object.
 """
 
 from cpython.object cimport PyObject
@@ -445,9 +447,13 @@ cdef class CacheCore:
         cdef uint32_t depth = tree.node(m.node).depth
         if m.length:
             tree.path_values(m.node, <int64_t*>cnp.PyArray_DATA(buffer))
+        cdef cnp.ndarray values = buffer
+        if m.length != n:  # values are out of the tree already: an exact copy is safe now
+            values = _new_int64(m.length)
+            memcpy(cnp.PyArray_DATA(values), cnp.PyArray_DATA(buffer), m.length * sizeof(int64_t))
         cdef MatchResult result = MatchResult.__new__(MatchResult)
         result.length = m.length
-        result.values = buffer if m.length == n else buffer[:m.length].copy()
+        result.values = values
         result.node = self._handle(m.node, generation, depth)
         return result
 
