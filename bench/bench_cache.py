@@ -34,10 +34,18 @@ def two_level() -> list[np.ndarray]:
     return workloads.two_level(seed=0)
 
 
-@pytest.fixture(scope="module")
-def deep() -> tuple[list[np.ndarray], np.ndarray]:
-    # stride=128: 16 explicit branch points along the prompt, a chat-like depth.
-    return workloads.deep_tree(seed=0, stride=128)  # type: ignore[no-any-return]
+DEEP_SHAPES = {
+    # 8 nodes on the prompt's path: a chat-like depth (system prompt, turns).
+    "chat": {"stride": 256, "grow_on_prompt": False},
+    # 128 nodes on the path, more branching in below: the worst case.
+    "worst": {"stride": 16, "grow_on_prompt": True},
+}
+
+
+@pytest.fixture(scope="module", params=list(DEEP_SHAPES))
+def deep(request: Any) -> tuple[str, list[np.ndarray], np.ndarray]:
+    seqs, prompt = workloads.deep_tree(seed=0, **DEEP_SHAPES[request.param])
+    return request.param, seqs, prompt
 
 
 def _filled(impl: str, page_size: int, seqs: list[np.ndarray]) -> Any:
@@ -74,17 +82,20 @@ def test_match_full_hit(
     assert result.length == len(query) - len(query) % page_size
 
 
+@pytest.mark.parametrize("dtype", ["uint32", "int64"])
 @pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 def test_match_deep_tree_2048(
-    benchmark: Any, impl: str, deep: tuple[list[np.ndarray], np.ndarray]
+    benchmark: Any, impl: str, dtype: str, deep: tuple[str, list[np.ndarray], np.ndarray]
 ) -> None:
-    seqs, prompt = deep
+    """Workload (b): one fully cached 2,048-token numpy prompt in a 100k-node tree."""
+    shape, seqs, prompt = deep
     if impl == "reference":
         seqs = seqs[:2000]  # the prompt and its branches come first
     cache = _filled(impl, 1, seqs)
-    prompt32 = prompt.astype(np.uint32)
-    result = benchmark(cache.match_prefix, prompt32)
+    key = prompt.astype(dtype)
+    result = benchmark(cache.match_prefix, key)
     assert result.length == 2048
+    benchmark.extra_info["shape"] = shape
 
 
 @pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))

@@ -443,8 +443,18 @@ class RadixTree {
   // after a page-aligned system prompt) in one probe run.
   uint32_t page_key(const Token* page) const {
     if (page_size_ == 1) return page[0];
-    uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (uint32_t i = 0; i < page_size_; ++i) h = (h ^ page[i]) * 0xFF51AFD7ED558CCDull;
+    // Four independent multiply chains: one chain over a 16-token page is 16
+    // dependent multiplies, which showed up as +1.5 us on a 128-node walk.
+    constexpr uint64_t kMul = 0xFF51AFD7ED558CCDull;
+    uint64_t lane[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull,
+                        0x27D4EB2F165667C5ull};
+    uint32_t i = 0;
+    for (; i + 4 <= page_size_; i += 4)
+      for (int j = 0; j < 4; ++j) lane[j] = (lane[j] ^ page[i + j]) * kMul;
+    for (; i < page_size_; ++i) lane[0] = (lane[0] ^ page[i]) * kMul;
+    uint64_t h = lane[0] ^ (lane[1] >> 17 | lane[1] << 47) ^ (lane[2] >> 31 | lane[2] << 33) ^
+                 (lane[3] >> 43 | lane[3] << 21);
+    h = (h ^ (h >> 29)) * kMul;
     return static_cast<uint32_t>(h >> 32);
   }
 
