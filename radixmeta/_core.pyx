@@ -62,7 +62,6 @@ cdef extern from "Python.h":
 
 cdef object _owner_ids = itertools.count(1)
 cdef uint32_t _NO_NAMESPACE = 0xFFFFFFFE  # an id never assigned: "no such namespace"
-# Position in EVICTION_POLICIES is the value of the C++ EvictionPolicy enum.
 
 
 # -- argument conversion -------------------------------------------------------------
@@ -338,6 +337,7 @@ cdef class CacheCore:
             raise InvalidInputError(f"eviction must be one of {allowed}, got {eviction!r}")
         if capacity is not None:
             capacity = check_int("capacity", capacity, 0)
+        # A policy's position in EVICTION_POLICIES is its C++ EvictionPolicy value.
         self._tree.reset(new RadixTree(
             page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
             kNoCapacity if capacity is None else <uint64_t>min(capacity, kNoCapacity - 1),

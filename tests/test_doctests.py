@@ -1,0 +1,14 @@
+"""The examples in the public modules' docstrings run and print what they show."""
+
+import doctest
+
+import pytest
+
+import radixmeta.cache
+
+
+@pytest.mark.parametrize("module", [radixmeta.cache], ids=lambda m: m.__name__)
+def test_docstring_examples(module: object) -> None:
+    failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert tried > 0, "no examples found: the docstrings lost their examples"
+    assert failures == 0
