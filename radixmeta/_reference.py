@@ -189,39 +189,47 @@ class CacheCore:
     # -- properties -----------------------------------------------------------------
     @property
     def page_size(self) -> int:
+        """Tokens per page."""
         return self._page_size
 
     @property
     def eviction(self) -> str:
+        """The eviction policy name."""
         return self._eviction
 
     @property
     def capacity(self) -> int | None:
+        """The capacity in tokens, or None."""
         return self._capacity
 
     @property
     @_atomic
     def evictable_size(self) -> int:
+        """Tokens in unlocked nodes."""
         return self._evictable
 
     @property
     @_atomic
     def protected_size(self) -> int:
+        """Tokens in locked nodes."""
         return self._protected
 
     @property
     @_atomic
     def total_size(self) -> int:
+        """Tokens cached."""
         return self._evictable + self._protected
 
     @property
     @_atomic
     def node_count(self) -> int:
+        """Nodes in the tree, roots not counted."""
         return self._nodes
 
     @property
     @_atomic
     def stats(self) -> CacheStats:
+        """Cumulative counters as a :class:`~radixmeta.CacheStats`."""
         return CacheStats(*self._stats)
 
     # -- helpers --------------------------------------------------------------------
@@ -286,6 +294,11 @@ class CacheCore:
     # -- core API -------------------------------------------------------------------
     @_atomic
     def match_prefix(self, key: Any, *, namespace: Hashable = None) -> MatchResult:
+        """Longest cached prefix of ``key`` (whole pages), as a ``MatchResult``.
+
+        Refreshes the recency of the matched path and splits the edge where the
+        match ends inside it.
+        """
         toks = self._aligned(key)
         node = self._roots.get(namespace)  # may raise (unhashable): before any change
         self._clock += 1
@@ -346,6 +359,11 @@ class CacheCore:
         namespace: Hashable = None,
         priority: int = 0,
     ) -> int:
+        """Store ``key`` (whole pages) with its KV slot ``values``.
+
+        Returns the length that was already cached, whose duplicate slots the
+        caller frees.
+        """
         raw = _keys.tokens(key)
         vals = raw if values is None else _keys.values(values, len(raw))
         priority = _keys.check_priority(priority)
@@ -420,6 +438,7 @@ class CacheCore:
 
     @_atomic
     def lock(self, node: Node) -> None:
+        """Lock ``node`` and its path to the root against eviction."""
         walk: _TreeNode | None = self._node_of(node)
         if walk is not None and walk.parent is not None:
             walk.own_locks += 1
@@ -432,6 +451,7 @@ class CacheCore:
 
     @_atomic
     def unlock(self, node: Node) -> None:
+        """Release one lock taken on ``node`` by :meth:`lock`."""
         target = self._node_of(node)
         # Only a lock taken on this very node may be released through it.
         if target.parent is not None and target.own_locks == 0:
@@ -449,10 +469,12 @@ class CacheCore:
 
     @_atomic
     def lock_count(self, node: Node) -> int:
+        """Number of locks held on ``node`` (directly or through descendants)."""
         return self._node_of(node).lock_count
 
     @_atomic
     def evict(self, num_tokens: int) -> EvictResult:
+        """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order."""
         num_tokens = check_int("num_tokens", num_tokens, 0)
         return EvictResult(np.array(self._evict_tokens(num_tokens), dtype=np.int64))
 
@@ -475,18 +497,21 @@ class CacheCore:
 
     @_atomic
     def take_evicted(self) -> np.ndarray:
+        """Slots freed by capacity-driven eviction since the last call, in eviction order."""
         out = np.array(self._pending_evicted, dtype=np.int64)
         self._pending_evicted = []
         return out
 
     @_atomic
     def reset(self) -> None:
+        """Empty the cache and its counters; every existing handle becomes stale."""
         for node in self._all_nodes():
             node.generation += 1
         self._init_state()
 
     @_atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every leaf's full prefix and values, in lexicographic order of the prefix."""
         out: list[tuple[np.ndarray, np.ndarray]] = []
         root = self._roots.get(namespace)
         if root is None:
@@ -504,6 +529,7 @@ class CacheCore:
 
     @_atomic
     def _structure(self, namespace: Hashable = None) -> list[tuple[int, np.ndarray, int]]:
+        """(level, label, lock count) of every node, depth first (for ``pretty``)."""
         out: list[tuple[int, np.ndarray, int]] = []
         root = self._roots.get(namespace)
         if root is None:
@@ -518,6 +544,7 @@ class CacheCore:
 
     @_atomic
     def namespaces(self) -> list[Hashable]:
+        """Namespaces that have a root (None, the default, always does)."""
         return list(self._roots)
 
     @_atomic
@@ -527,6 +554,7 @@ class CacheCore:
         raise TypeError(msg)
 
     def memory_usage(self) -> int:
+        """Estimated bytes held by the Python objects of the tree."""
         total = sys.getsizeof(self._roots)
         for node in self._all_nodes():
             total += sys.getsizeof(node) + sys.getsizeof(node.children)
@@ -535,6 +563,7 @@ class CacheCore:
 
     @_atomic
     def check(self) -> None:
+        """Verify every structural invariant in O(n); raises AssertionError on a violation."""
         evictable = protected = nodes = 0
         p = self._page_size
         for root in self._roots.values():

@@ -175,3 +175,12 @@ def test_constructor_signature(core: str, request: pytest.FixtureRequest) -> Non
         module.CacheCore(2, "fifo")  # eviction and capacity are keyword-only
     with pytest.raises(TypeError):
         module.CacheCore(2, evicton="fifo")
+
+
+def test_every_public_method_is_documented_on_both_cores(native: ModuleType) -> None:
+    """help() must be useful whichever implementation RADIXMETA_IMPLEMENTATION picks."""
+    for core in (native.CacheCore, _reference.CacheCore):
+        public = [name for name in dir(core) if not name.startswith("_")]
+        assert public
+        undocumented = [name for name in public if not (getattr(core, name).__doc__ or "").strip()]
+        assert undocumented == [], f"{core.__module__}: {undocumented}"
