@@ -253,7 +253,9 @@ class RadixTree {
       if (n.lock_count == 0) {
         evictable_ -= n.length;
         protected_ += n.length;
-        if (heap_.contains(w)) heap_.remove(w);
+        // Only a leaf can be in the heap; testing that first saves a lookup
+        // in the heap's position array (a cache miss) for every inner node.
+        if (n.children.empty() && heap_.contains(w)) heap_.remove(w);
       }
       ++n.lock_count;
     }
