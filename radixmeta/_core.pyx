@@ -21,6 +21,7 @@ from libcpp.memory cimport unique_ptr
 from libcpp.pair cimport pair
 from libcpp.vector cimport vector
 
+cimport cython
 cimport numpy as cnp
 
 from radixmeta._radix_tree cimport (
@@ -69,10 +70,10 @@ cdef uint32_t _NO_NAMESPACE = 0xFFFFFFFE  # an id never assigned: "no such names
 cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
     """The array form of a non-list argument, checked to be 1-D of an integer dtype."""
     cdef cnp.ndarray arr
-    if isinstance(obj, (str, bytes)):
-        raise InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
-    if cnp.PyArray_Check(obj):
+    if cnp.PyArray_Check(obj):  # the common case first
         arr = <cnp.ndarray>obj
+    elif isinstance(obj, (str, bytes)):
+        raise InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
     else:
         try:
             arr = np.asarray(obj)
@@ -269,6 +270,8 @@ cdef inline cnp.ndarray _new_uint32(size_t n):
 
 # -- result types ------------------------------------------------------------------
 
+# Freelists recycle these small objects: every match creates a Node and a MatchResult.
+@cython.freelist(16)
 cdef class Node:
     """Handle naming one cached prefix (a node of the tree).
 
@@ -294,6 +297,7 @@ cdef class Node:
         return f"<radixmeta.Node length={self._length}>"
 
 
+@cython.freelist(16)
 cdef class MatchResult:
     """Result of ``match_prefix``: ``length``, ``values`` and ``node``."""
 
@@ -305,6 +309,7 @@ cdef class MatchResult:
         return f"MatchResult(length={self.length}, values=<{len(self.values)} int64>)"
 
 
+@cython.freelist(16)
 cdef class EvictResult:
     """Result of ``evict``: the freed slot ``values`` and their ``count``."""
 
