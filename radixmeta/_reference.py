@@ -305,6 +305,19 @@ class CacheCore:
         self._stats[0] += 1
         if node is None:
             return MatchResult(0, np.empty(0, np.int64), Node(self._owner, self._roots[None]))
+        node, pos = self._walk(node, toks, self._touch_matched)
+        values = self._path_values(node)
+        self._stats[1] += pos
+        return MatchResult(pos, np.array(values, dtype=np.int64), Node(self._owner, node))
+
+    def _walk(
+        self, node: _TreeNode, toks: tuple[int, ...], touch: Callable[[_TreeNode], None]
+    ) -> tuple[_TreeNode, int]:
+        """Follow ``toks`` down from ``node``, splitting where the match ends inside an edge.
+
+        ``touch`` is applied to every node of the matched path. Returns the last
+        node of that path and the matched length.
+        """
         pos = 0
         p = self._page_size
         while pos < len(toks):
@@ -312,17 +325,19 @@ class CacheCore:
             if child is None:
                 break
             m = self._common(child.label, toks, pos)
-            if m < len(child.label):
+            ends_inside = m < len(child.label)
+            if ends_inside:
                 child = self._split(child, m)
-            child.last_access = self._clock
-            child.hit_count = min(child.hit_count + 1, _HIT_COUNT_MAX)
+            touch(child)
             node = child
             pos += m
-            if m < len(child.label):
+            if ends_inside:
                 break
-        values = self._path_values(node)
-        self._stats[1] += pos
-        return MatchResult(pos, np.array(values, dtype=np.int64), Node(self._owner, node))
+        return node, pos
+
+    def _touch_matched(self, node: _TreeNode) -> None:
+        node.last_access = self._clock
+        node.hit_count = min(node.hit_count + 1, _HIT_COUNT_MAX)
 
     def _path_values(self, node: _TreeNode) -> list[int]:
         parts = []
@@ -375,21 +390,12 @@ class CacheCore:
         node = self._roots.get(namespace)
         if node is None:
             node = self._roots[namespace] = _TreeNode(None, (), ())
-        pos = 0
-        p = self._page_size
-        while pos < n:
-            child = node.children.get(toks[pos : pos + p])
-            if child is None:
-                break
-            m = self._common(child.label, toks, pos)
-            if m < len(child.label):
-                child = self._split(child, m)
+        def touch(child: _TreeNode) -> None:
             child.last_access = self._clock
             child.priority = max(child.priority, priority)
-            node = child
-            pos += m
-            if m < len(child.label):
-                break
+
+        node, pos = self._walk(node, toks, touch)
+        p = self._page_size
         if pos < n:
             leaf = _TreeNode(node, toks[pos:], vals[pos:])
             self._serial += 1

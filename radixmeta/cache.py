@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # both backends have this API; the stub describes it
     from radixmeta._core import Node
 else:
     _CacheCore = backend.CacheCore
-    Node = backend.Node
 
 __all__ = ["RadixCache"]
 
