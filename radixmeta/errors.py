@@ -18,6 +18,12 @@ __all__ = [
     "ForeignNodeError",
     "LockError",
     "CacheFullError",
+    "WorkerError",
+    "StaleWorkerError",
+    "DuplicateWorkerError",
+    "BlockEventError",
+    "UnknownParentError",
+    "BlockConflictError",
 ]
 
 
@@ -55,3 +61,31 @@ class LockError(RadixMetaError, RuntimeError):
 
 class CacheFullError(RadixMetaError, RuntimeError):
     """An insert cannot fit under the capacity because locked nodes cannot be evicted."""
+
+
+class WorkerError(RadixMetaError, ValueError):
+    """A worker argument of a :class:`~radixmeta.MetaTree` cannot be used."""
+
+
+class StaleWorkerError(WorkerError):
+    """The ``WorkerId`` names a worker that was removed (or never belonged to this tree)."""
+
+
+class DuplicateWorkerError(WorkerError):
+    """``add_worker`` for a ``(name, dp_rank)`` pair that is already registered."""
+
+
+class BlockEventError(RadixMetaError, ValueError):
+    """A KV-cache block event cannot be applied; the tree is unchanged."""
+
+
+class UnknownParentError(BlockEventError):
+    """A stored event's parent hash names no block the worker holds.
+
+    It happens when the router joined late or missed events; the engine's
+    event replay (or a resync) is the remedy, not guessing a position.
+    """
+
+
+class BlockConflictError(BlockEventError):
+    """A block hash would name two different pages for one worker, or form a cycle."""

@@ -1,0 +1,126 @@
+"""Validation and error messages for the KV-event block operations.
+
+Shared by the native and the reference core so that both raise the same
+exception types with the same messages (``tests/test_meta_errors.py``). The
+native core converts well-formed input in compiled code and calls into this
+module only to build an error.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from radixmeta.errors import (
+    BlockConflictError,
+    InputTypeError,
+    InvalidInputError,
+    UnknownParentError,
+)
+
+HASH_MIN = -(2**63)
+HASH_LIMIT = 2**64
+
+
+class BlockStatus(IntEnum):
+    """Outcome of one record of ``MetaTree.apply_events``."""
+
+    APPLIED = 0
+    UNKNOWN_PARENT = 1
+    CONFLICT = 2
+    INVALID = 3
+    STALE_WORKER = 4
+
+
+def block_hash(value: Any, name: str) -> int:
+    """One hash as an unsigned 64-bit int; signed input is read as two's complement."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        msg = f"{name} must be an integer, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    number = int(value)
+    if not HASH_MIN <= number < HASH_LIMIT:
+        msg = f"{name} = {number} is outside the 64-bit hash range [-2**63, 2**64)"
+        raise InvalidInputError(msg)
+    return number % HASH_LIMIT
+
+
+def parent_hash(value: Any) -> int | None:
+    return None if value is None else block_hash(value, "parent_hash")
+
+
+def block_hashes(obj: Any) -> list[int]:
+    """A sequence (or 1-D integer array) of hashes as unsigned 64-bit ints."""
+    if isinstance(obj, (str, bytes)) or not hasattr(obj, "__len__"):
+        msg = f"block_hashes must be a sequence of integers, got {type(obj).__name__}"
+        raise InputTypeError(msg)
+    if isinstance(obj, np.ndarray):
+        if obj.ndim != 1:
+            msg = f"block_hashes must be 1-D, got an array with {obj.ndim} dimensions"
+            raise InvalidInputError(msg)
+        if obj.size and obj.dtype.kind not in "iu":
+            msg = f"block_hashes must hold integers, got dtype {obj.dtype}"
+            raise InputTypeError(msg)
+        return [int(x) % HASH_LIMIT for x in obj.tolist()]
+    return [block_hash(v, f"block_hashes[{i}]") for i, v in enumerate(obj)]
+
+
+def check_tier(tier: Any) -> None:
+    if isinstance(tier, bool) or not isinstance(tier, (int, np.integer)):
+        msg = f"tier must be an integer, got {type(tier).__name__}"
+        raise InputTypeError(msg)
+    if int(tier) != 0:
+        msg = (
+            f"tier {int(tier)} is not supported: only the device tier (0) is modelled, "
+            "and host or disk residency must not be counted as a device hit"
+        )
+        raise InvalidInputError(msg)
+
+
+def bad_token_count(n_tokens: int, n_blocks: int, page_size: int) -> InvalidInputError:
+    msg = (
+        f"token_ids holds {n_tokens} tokens; {n_blocks} blocks of page_size {page_size} "
+        f"need exactly {n_blocks * page_size}"
+    )
+    return InvalidInputError(msg)
+
+
+def unknown_parent(worker: Any, parent: int) -> UnknownParentError:
+    msg = f"parent_hash {parent:#018x} names no block that {worker_label(worker)} holds"
+    return UnknownParentError(msg)
+
+
+def repeated_hash(index: int, value: int) -> BlockConflictError:
+    msg = f"block_hashes[{index}] = {value:#018x} appears earlier in the same event"
+    return BlockConflictError(msg)
+
+
+def cycle(index: int, value: int) -> BlockConflictError:
+    msg = f"block_hashes[{index}] = {value:#018x} is the event's parent hash (a cycle)"
+    return BlockConflictError(msg)
+
+
+def names_other_page(worker: Any, index: int, value: int) -> BlockConflictError:
+    msg = (
+        f"block_hashes[{index}] = {value:#018x} already names a different block "
+        f"of {worker_label(worker)}"
+    )
+    return BlockConflictError(msg)
+
+
+def worker_label(worker: Any) -> str:
+    return f"worker ({worker.name!r}, dp_rank={worker.dp_rank})"
+
+
+def record_status(exc: BaseException) -> BlockStatus:
+    """The batch status of a record that raised ``exc``."""
+    from radixmeta.errors import StaleWorkerError
+
+    if isinstance(exc, UnknownParentError):
+        return BlockStatus.UNKNOWN_PARENT
+    if isinstance(exc, BlockConflictError):
+        return BlockStatus.CONFLICT
+    if isinstance(exc, StaleWorkerError):
+        return BlockStatus.STALE_WORKER
+    return BlockStatus.INVALID
