@@ -5,21 +5,29 @@ from __future__ import annotations
 from radixmeta import errors
 from radixmeta._impl import backend as _backend
 from radixmeta._impl import implementation
+from radixmeta._blocks import BlockStatus
 from radixmeta._types import CacheStats
+from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
+from radixmeta.meta import MetaTree
 
 __version__ = "0.1.0"
 
 Node = _backend.Node
 MatchResult = _backend.MatchResult
 EvictResult = _backend.EvictResult
+MetaMatch = _backend.MetaMatch
 
 __all__ = [
+    "BlockStatus",
     "CacheStats",
     "EvictResult",
     "MatchResult",
+    "MetaMatch",
+    "MetaTree",
     "Node",
     "RadixCache",
+    "WorkerId",
     "errors",
     "implementation",
     "__version__",

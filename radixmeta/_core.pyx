@@ -622,3 +622,4 @@ cdef class CacheCore:
             self._tree.get().check_invariants()
         except RuntimeError as exc:
             raise AssertionError(str(exc)) from None
+include "_meta_core.pxi"

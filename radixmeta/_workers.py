@@ -19,7 +19,7 @@ import numpy as np
 
 from radixmeta.errors import DuplicateWorkerError, InputTypeError, InvalidInputError, StaleWorkerError
 
-__all__ = ["WorkerId", "WorkerTable"]
+__all__ = ["WorkerId", "WorkerTable", "resolve_in"]
 
 
 class WorkerId(NamedTuple):
@@ -97,16 +97,7 @@ class WorkerTable:
 
     def resolve(self, worker: Any) -> int:
         """Return the index of a live ``WorkerId`` of this table, or raise."""
-        if not isinstance(worker, WorkerId):
-            msg = f"worker must be a WorkerId returned by add_worker, got {type(worker).__name__}"
-            raise InputTypeError(msg)
-        index = worker.index
-        if isinstance(index, int) and 0 <= index < len(self.slots):
-            live = self.slots[index]
-            if live is worker or live == worker:
-                return index
-        msg = f"{worker!r} is not a live worker of this tree (removed, or from another tree)"
-        raise StaleWorkerError(msg)
+        return resolve_in(self.slots, worker)
 
     def lookup(self, name: Any, dp_rank: Any) -> WorkerId:
         """The live WorkerId registered as ``(name, dp_rank)``."""
@@ -147,3 +138,26 @@ def _check_count(name: str, value: Any) -> int:
         msg = f"{name} must be >= 0, got {number}"
         raise InvalidInputError(msg)
     return number
+
+
+def resolve_in(slots: tuple[WorkerId | None, ...], worker: Any) -> int:
+    """The index of ``worker`` if it is live in ``slots`` (a table's, or one a match saw)."""
+    if not isinstance(worker, WorkerId):
+        msg = f"worker must be a WorkerId returned by add_worker, got {type(worker).__name__}"
+        raise InputTypeError(msg)
+    index = worker.index
+    if isinstance(index, int) and 0 <= index < len(slots):
+        live = slots[index]
+        if live is worker or live == worker:
+            return index
+    msg = f"{worker!r} is not a live worker of this tree (removed, or from another tree)"
+    raise StaleWorkerError(msg)
+
+
+def best_of(slots: tuple[WorkerId | None, ...], lengths: Any) -> tuple[WorkerId, int] | None:
+    """The live worker with the greatest length, the lowest index among equals."""
+    best: tuple[WorkerId, int] | None = None
+    for index, worker in enumerate(slots):
+        if worker is not None and (best is None or int(lengths[index]) > best[1]):
+            best = (worker, int(lengths[index]))
+    return best

@@ -78,6 +78,20 @@ class LocationSet {
     return n;
   }
 
+  // Words of 64 locations: word(0) covers 0..63, word(1) 64..127, and so on;
+  // words beyond word_count() are zero.
+  uint32_t word_count() const { return 1 + (extra_ == nullptr ? 0 : extra_words()); }
+  uint64_t word(uint32_t w) const { return w == 0 ? word0_ : extra_[w]; }
+
+  // f(location) for every member, ascending.
+  template <class F>
+  void for_each(F&& f) const {
+    const uint32_t words = word_count();
+    for (uint32_t w = 0; w < words; ++w)
+      for (uint64_t bits = word(w); bits != 0; bits &= bits - 1)
+        f(w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
+  }
+
   void clear() {
     word0_ = 0;
     delete[] extra_;

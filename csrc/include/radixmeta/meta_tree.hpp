@@ -1,0 +1,775 @@
+// The router's meta-tree: one radix tree over every worker's cache, where each
+// node records the set of workers that hold all of its pages.
+//
+// Header-only C++17 with no Python dependency. The rules are those of
+// docs/metatree.md and radixmeta/_reference_meta.py, which the tests compare
+// with this core step by step:
+//  * Keys are cut down to whole pages. A node is cut at a page boundary only
+//    when two parts of it must differ (a key diverging inside it, or one
+//    worker's mark or recency changing on part of it). The upper part is the
+//    new node; the lower part keeps its id. Nodes never merge, and a node with
+//    no holders and no children is freed at once.
+//  * A page named by a block hash is a node of exactly one page, so it is
+//    never cut again and the hash -> node maps never need fixing.
+//  * Per worker: `held` maps every node it holds to its mark (recency stamp,
+//    and the block hash naming it, if any); `blocks` maps hashes to nodes.
+//    A worker with a capacity ("approximate") also keeps a lazy min-heap of
+//    (stamp, -depth) over its nodes and is trimmed to its capacity after each
+//    insert or stored event, least recent and deepest first.
+//  * A match walks once, ANDing each node's holder bits into the set of
+//    workers still matching, and records for each worker the depth at which
+//    it dropped out: O(nodes on the path x active words) plus O(workers).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "children.hpp"
+#include "flat_map.hpp"
+#include "label_arena.hpp"
+#include "location_set.hpp"
+#include "node_pool.hpp"
+#include "paging.hpp"
+#include "sentinels.hpp"
+
+namespace radixmeta {
+
+struct MetaNode {
+  const Token* label = nullptr;  // inside arena chunk `chunk`
+  uint32_t length = 0;           // tokens on the edge into this node
+  uint32_t parent = kNoNode;
+  uint32_t depth = 0;  // tokens from the root to the end of this node
+  uint32_t chunk = 0;
+  Children children;
+  LocationSet holders;  // worker indices
+  bool alive = false;
+};
+
+// Outcome of validating a stored event against the tree (nothing changed yet).
+struct StoredCheck {
+  enum Code : uint8_t { kOk = 0, kUnknownParent, kCycle, kRepeated, kOtherPage };
+  Code code = kOk;
+  uint32_t index = 0;  // the offending block, for the last three codes
+};
+
+class MetaTree {
+ public:
+  explicit MetaTree(uint32_t page_size) : page_size_(page_size), arena_(false) {
+    if (page_size == 0) throw std::invalid_argument("radixmeta: page_size must be >= 1");
+    root_ = nodes_.allocate();
+    nodes_[root_].alive = true;
+  }
+
+  uint32_t page_size() const { return page_size_; }
+  uint32_t node_count() const { return node_count_; }
+  uint64_t clock() const { return clock_; }
+
+  // ---- workers -----------------------------------------------------------
+
+  // Registers worker index w (a fresh index or a free one; the binding owns
+  // the name <-> index registry).
+  void add_worker(uint32_t w, uint64_t capacity) {
+    if (w >= workers_.size()) {
+      workers_.resize(size_t{w} + 1);
+      live_mask_.resize(workers_.size() / 64 + 1, 0);
+    }
+    Worker& wk = workers_[w];
+    if (wk.live) throw std::logic_error("radixmeta: worker index already live");
+    wk = Worker{};
+    wk.live = true;
+    wk.capacity = capacity;
+    live_mask_[w / 64] |= uint64_t{1} << (w % 64);
+    if (wk.approximate()) approximate_.push_back(w);
+  }
+
+  // Drops every mark of worker w; returns the tokens it held. O(nodes it held).
+  uint64_t clear_worker(uint32_t w) {
+    Worker& wk = workers_[w];
+    const uint64_t tokens = wk.held_tokens;
+    std::vector<uint32_t> nodes;
+    nodes.reserve(wk.held.size());
+    wk.held.for_each([&](uint32_t x, const Mark&) { nodes.push_back(x); });
+    for (uint32_t x : nodes) nodes_[x].holders.reset(w);
+    wk.held.clear();
+    wk.blocks.clear();
+    wk.lru.clear();
+    wk.held_tokens = 0;
+    for (uint32_t x : nodes) prune(x);
+    maybe_compact();
+    return tokens;
+  }
+
+  uint64_t remove_worker(uint32_t w) {
+    const uint64_t tokens = clear_worker(w);
+    workers_[w].live = false;
+    live_mask_[w / 64] &= ~(uint64_t{1} << (w % 64));
+    approximate_.erase(std::remove(approximate_.begin(), approximate_.end(), w), approximate_.end());
+    return tokens;
+  }
+
+  bool worker_live(uint32_t w) const { return w < workers_.size() && workers_[w].live; }
+  uint64_t held_tokens(uint32_t w) const { return workers_[w].held_tokens; }
+  uint64_t capacity(uint32_t w) const { return workers_[w].capacity; }
+  bool holds(uint32_t w, uint32_t x) const { return nodes_[x].holders.test(w); }
+
+  // ---- token-path operations ---------------------------------------------
+
+  // Marks the pages of key[start, n) as held by w; returns the pages newly marked.
+  uint64_t insert(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+    n -= n % page_size_;
+    ++clock_;
+    Worker& wk = workers_[w];
+    uint64_t newly = 0;
+    uint32_t node = root_;
+    uint64_t pos = 0;
+    while (pos < n) {
+      uint32_t c = find_child(node, key + pos);
+      if (c == kNoNode) {
+        if (start >= n) break;  // nothing to mark: never add structure for nothing
+        if (pos < start) {
+          node = add_leaf(node, key + pos, static_cast<uint32_t>(start - pos));
+          pos = start;
+        }
+        const uint32_t leaf = add_leaf(node, key + pos, static_cast<uint32_t>(n - pos));
+        mark(w, leaf);
+        newly += (n - pos) / page_size_;
+        pos = n;
+        break;
+      }
+      const uint64_t m = matched(c, key + pos, n - pos);
+      if (m < nodes_[c].length && pos + m < n) c = split(c, static_cast<uint32_t>(m));
+      const uint64_t end = pos + nodes_[c].length;
+      if (!holds(w, c)) {
+        const uint64_t lo = std::max(start, pos), hi = std::min(n, end);
+        if (lo < hi) {
+          uint32_t target = c;
+          if (lo > pos) split(c, static_cast<uint32_t>(lo - pos));
+          if (hi < end) target = split(c, static_cast<uint32_t>(hi - lo));
+          mark(w, target);
+          newly += (hi - lo) / page_size_;
+        }
+      } else if (wk.approximate() && n < end) {
+        split(c, static_cast<uint32_t>(nodes_[c].length - (end - n)));  // recency differs
+      }
+      if (n < end) break;
+      node = c;
+      pos = end;
+    }
+    if (wk.approximate()) {
+      refresh_path(w, key, n);
+      evict(w);
+    }
+    return newly;
+  }
+
+  // Unmarks the pages of key[start, n) held by w; returns how many.
+  uint64_t remove(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+    n -= n % page_size_;
+    uint64_t removed = 0;
+    uint32_t node = root_;
+    uint64_t pos = 0;
+    uint32_t deepest = kNoNode;
+    while (pos < n) {
+      uint32_t c = find_child(node, key + pos);
+      if (c == kNoNode) break;
+      const uint64_t m = matched(c, key + pos, n - pos);
+      const uint64_t end = pos + nodes_[c].length;
+      if (holds(w, c)) {
+        const uint64_t lo = std::max(start, pos), hi = pos + m;
+        if (lo < hi) {
+          uint32_t target = c;
+          if (lo > pos) split(c, static_cast<uint32_t>(lo - pos));
+          if (hi < end) target = split(c, static_cast<uint32_t>(hi - lo));
+          unmark(w, target);
+          removed += (hi - lo) / page_size_;
+          deepest = target;
+        }
+      }
+      if (pos + m < end) break;
+      node = c;
+      pos = end;
+    }
+    if (deepest != kNoNode) {
+      prune(deepest);
+      maybe_compact();
+    }
+    return removed;
+  }
+
+  // Per-worker matched lengths of key into lengths[0, slots) (slots >= the
+  // number of worker indices); returns how much of the key is in the tree.
+  uint64_t match(const Token* key, uint64_t n, bool touch, int64_t* lengths, uint32_t slots) {
+    n -= n % page_size_;
+    std::fill(lengths, lengths + slots, 0);
+    const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
+    alive_.assign(live_mask_.begin(), live_mask_.begin() + words);
+    active_.clear();
+    for (uint32_t i = 0; i < words; ++i)
+      if (alive_[i] != 0) active_.push_back(i);
+    if (touch) path_.clear();
+    uint32_t node = root_;
+    uint64_t pos = 0;
+    uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
+    while (pos < n) {
+      const uint32_t c = find_child(node, key + pos);
+      if (c == kNoNode) break;
+      const MetaNode& cn = nodes_[c];
+      const uint64_t m = matched(c, key + pos, n - pos);
+      if (!active_.empty()) drop_non_holders(cn.holders, pos, lengths);
+      if (touch) path_.push_back(c);
+      if (m < cn.length) {
+        partial = m;
+        break;
+      }
+      node = c;
+      pos += m;
+    }
+    for (uint32_t i : active_)
+      for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
+        lengths[i * 64 + __builtin_ctzll(bits)] = static_cast<int64_t>(pos + partial);
+    if (touch) touch_counted(lengths, pos, partial);
+    return pos + partial;
+  }
+
+  // ---- engine block operations -------------------------------------------
+
+  // Validates a stored event of w: parent (when has_parent), the blocks' hashes
+  // and their pages (tokens holds n_blocks pages). Changes nothing.
+  StoredCheck check_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
+                           uint32_t n_blocks, const Token* tokens) {
+    const Worker& wk = workers_[w];
+    uint32_t node = root_;
+    if (has_parent) {
+      const uint32_t* p = wk.blocks.find(parent);
+      if (p == nullptr) return {StoredCheck::kUnknownParent, 0};
+      node = *p;
+    }
+    mark_repeats(hashes, n_blocks);
+    // Dry walk: (node, page) is where block i lies; node == kNoNode once the
+    // path leaves the tree (every later block is a new page).
+    uint32_t in = kNoNode;  // the node holding block i, page `page` of it
+    uint32_t page = 0;
+    for (uint32_t i = 0; i < n_blocks; ++i) {
+      const Token* tok = tokens + size_t{i} * page_size_;
+      if (in != kNoNode && page + 1 < nodes_[in].length / page_size_ &&
+          std::memcmp(nodes_[in].label + size_t{page + 1} * page_size_, tok,
+                      page_size_ * sizeof(Token)) == 0) {
+        ++page;
+      } else {
+        const uint32_t from = in == kNoNode ? (i == 0 ? node : kNoNode) : in;
+        const bool left = in != kNoNode && page + 1 < nodes_[in].length / page_size_;
+        in = (from == kNoNode || left) ? kNoNode : find_child(from, tok);
+        page = 0;
+      }
+      const uint64_t h = hashes[i];
+      if (has_parent && h == parent) return {StoredCheck::kCycle, i};
+      if (repeat_[i]) return {StoredCheck::kRepeated, i};
+      const uint32_t* bound = wk.blocks.find(h);
+      if (bound != nullptr && !(in == *bound && page == 0 && nodes_[in].length == page_size_))
+        return {StoredCheck::kOtherPage, i};
+    }
+    return {};
+  }
+
+  // Applies a stored event that check_stored accepted; returns pages newly marked.
+  uint64_t apply_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
+                        uint32_t n_blocks, const Token* tokens) {
+    ++clock_;
+    Worker& wk = workers_[w];
+    uint32_t node = has_parent ? *wk.blocks.find(parent) : root_;
+    uint64_t newly = 0;
+    for (uint32_t i = 0; i < n_blocks; ++i) {
+      const Token* tok = tokens + size_t{i} * page_size_;
+      uint32_t c = find_child(node, tok);
+      if (c == kNoNode) {
+        c = add_leaf(node, tok, page_size_);
+      } else if (nodes_[c].length > page_size_) {
+        c = split(c, page_size_);
+      }
+      if (!holds(w, c)) {
+        mark(w, c);
+        ++newly;
+      }
+      bind(w, c, hashes[i]);
+      node = c;
+    }
+    if (wk.approximate()) {
+      for (uint32_t x = node; x != root_; x = nodes_[x].parent)
+        if (holds(w, x)) stamp(w, x);
+      evict(w);
+    }
+    return newly;
+  }
+
+  // Unmarks the blocks of w named by hashes (unknown ones are skipped).
+  uint64_t apply_removed(uint32_t w, const uint64_t* hashes, uint32_t n_blocks) {
+    Worker& wk = workers_[w];
+    uint64_t removed = 0;
+    for (uint32_t i = 0; i < n_blocks; ++i) {
+      const uint32_t* x = wk.blocks.find(hashes[i]);
+      if (x == nullptr) continue;
+      const uint32_t node = *x;
+      unmark(w, node);
+      prune(node);
+      ++removed;
+    }
+    if (removed != 0) maybe_compact();
+    return removed;
+  }
+
+  // Names w's page ending at key[n) (a page w holds) by hash, isolating it as
+  // a one-page node. Returns false (changing nothing) if w does not hold it.
+  bool bind_hash(uint32_t w, const Token* key, uint64_t n, uint64_t hash) {
+    if (n == 0 || n % page_size_ != 0) return false;
+    uint32_t node = root_;
+    uint64_t pos = 0;
+    while (true) {
+      const uint32_t c = find_child(node, key + pos);
+      if (c == kNoNode) return false;
+      const uint64_t m = matched(c, key + pos, n - pos);
+      const uint64_t end = pos + nodes_[c].length;
+      if (pos + m < std::min(n, end)) return false;
+      if (n > end) {
+        node = c;
+        pos = end;
+        continue;
+      }
+      if (!holds(w, c)) return false;
+      uint32_t target = c;
+      if (n < end) target = split(c, static_cast<uint32_t>(n - pos));
+      if (nodes_[target].length > page_size_)
+        split(target, nodes_[target].length - page_size_);  // target keeps the last page
+      const uint32_t* old = workers_[w].blocks.find(hash);
+      if (old != nullptr && *old != target) unbind(w, *old);
+      bind(w, target, hash);
+      return true;
+    }
+  }
+
+  // ---- introspection -------------------------------------------------------
+
+  uint32_t root() const { return root_; }
+  const MetaNode& node(uint32_t x) const { return nodes_[x]; }
+
+  // Every node but the root, depth first, children in lexicographic order.
+  std::vector<uint32_t> nodes_in_order() const {
+    std::vector<uint32_t> out, stack{root_}, kids;
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      if (x != root_) out.push_back(x);
+      kids.clear();
+      nodes_[x].children.for_each([&](uint32_t, uint32_t c) { kids.push_back(c); });
+      std::sort(kids.begin(), kids.end(), [&](uint32_t a, uint32_t b) {
+        const Token* ta = nodes_[a].label;
+        const Token* tb = nodes_[b].label;
+        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
+      });
+      stack.insert(stack.end(), kids.rbegin(), kids.rend());
+    }
+    return out;
+  }
+
+  // The nodes w holds: in eviction order for an approximate worker (so that
+  // replaying them restores its recency), else in nodes_in_order() order.
+  std::vector<uint32_t> held_in_order(uint32_t w) const {
+    const Worker& wk = workers_[w];
+    std::vector<uint32_t> out;
+    if (!wk.approximate()) {
+      for (uint32_t x : nodes_in_order())
+        if (holds(w, x)) out.push_back(x);
+      return out;
+    }
+    std::vector<LruEntry> entries;
+    wk.held.for_each([&](uint32_t x, const Mark& mk) {
+      entries.push_back({mk.stamp & ~kBound, nodes_[x].depth, x});
+    });
+    std::sort(entries.begin(), entries.end(), [](const LruEntry& a, const LruEntry& b) {
+      return LruLater()(b, a);
+    });
+    for (const LruEntry& e : entries) out.push_back(e.node);
+    return out;
+  }
+
+  // (hash, node) of every block w names, ascending by hash.
+  std::vector<std::pair<uint64_t, uint32_t>> block_entries(uint32_t w) const {
+    std::vector<std::pair<uint64_t, uint32_t>> out;
+    workers_[w].blocks.for_each([&](uint64_t h, uint32_t x) { out.emplace_back(h, x); });
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Tokens from the root to the end of node x.
+  void path_tokens(uint32_t x, std::vector<Token>* out) const {
+    out->assign(nodes_[x].depth, 0);
+    for (; x != root_; x = nodes_[x].parent) {
+      const MetaNode& n = nodes_[x];
+      std::memcpy(out->data() + (n.depth - n.length), n.label, size_t{n.length} * sizeof(Token));
+    }
+  }
+
+  size_t memory_usage() const {
+    size_t total = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes();
+    for (uint32_t x : nodes_in_order()) {
+      total += nodes_[x].children.heap_bytes() + nodes_[x].holders.heap_bytes();
+    }
+    total += nodes_[root_].children.heap_bytes();
+    for (const Worker& wk : workers_)
+      total += wk.held.memory_bytes() + wk.blocks.memory_bytes() + wk.lru.capacity() * sizeof(LruEntry);
+    total += workers_.capacity() * sizeof(Worker) + live_mask_.capacity() * 8;
+    return total;
+  }
+
+  // Verifies every invariant in O(nodes + marks); throws std::logic_error.
+  void check_invariants() const {
+    std::vector<uint64_t> held(workers_.size(), 0);
+    std::vector<size_t> held_nodes(workers_.size(), 0);
+    uint32_t count = 0;
+    std::vector<uint32_t> stack{root_};
+    require(nodes_[root_].length == 0 && !nodes_[root_].holders.any(), "the root is malformed");
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      const MetaNode& n = nodes_[x];
+      require(n.alive, "a freed node is linked");
+      n.children.for_each([&](uint32_t key, uint32_t c) {
+        const MetaNode& cn = nodes_[c];
+        require(cn.parent == x, "a child's parent link is wrong");
+        require(key == page_key(cn.label), "a child is filed under the wrong key");
+        require(cn.depth == n.depth + cn.length, "a node's depth is wrong");
+        stack.push_back(c);
+      });
+      if (x == root_) continue;
+      ++count;
+      require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
+      require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
+      n.holders.for_each([&](uint32_t w) {
+        require(w < workers_.size() && workers_[w].live, "a node is held by a dead worker");
+        const Mark* mk = workers_[w].held.find(x);
+        require(mk != nullptr, "a holder does not list the node");
+        if ((mk->stamp & kBound) != 0) {
+          require(n.length == page_size_, "a hashed page is not a one-page node");
+          const uint32_t* back = workers_[w].blocks.find(mk->hash);
+          require(back != nullptr && *back == x, "a node's hash does not map back to it");
+        }
+        held[w] += n.length;
+        ++held_nodes[w];
+      });
+    }
+    require(count == node_count_, "node_count is wrong");
+    for (uint32_t w = 0; w < workers_.size(); ++w) {
+      const Worker& wk = workers_[w];
+      require(wk.held_tokens == held[w], "a worker's held tokens are wrong");
+      require(wk.held.size() == held_nodes[w], "a worker lists nodes it does not hold");
+      require(wk.held_tokens <= wk.capacity, "an approximate worker exceeds its capacity");
+      require(wk.live || wk.held.empty(), "a dead worker holds nodes");
+      wk.blocks.for_each([&](uint64_t h, uint32_t x) {
+        const Mark* mk = wk.held.find(x);
+        require(mk != nullptr && (mk->stamp & kBound) != 0 && mk->hash == h,
+                "a block hash names a node the worker does not hold under it");
+      });
+    }
+  }
+
+ private:
+  static constexpr uint64_t kBound = uint64_t{1} << 63;  // in Mark::stamp: `hash` names the node
+
+  struct Mark {
+    uint64_t stamp = 0;  // last access (approximate workers), plus kBound
+    uint64_t hash = 0;
+  };
+  struct LruEntry {
+    uint64_t stamp;
+    uint32_t depth;
+    uint32_t node;
+  };
+  // Heap order: true when a goes out after b (std heaps put the "largest" on top).
+  struct LruLater {
+    bool operator()(const LruEntry& a, const LruEntry& b) const {
+      if (a.stamp != b.stamp) return a.stamp > b.stamp;
+      if (a.depth != b.depth) return a.depth < b.depth;
+      return a.node > b.node;
+    }
+  };
+  struct Worker {
+    bool live = false;
+    uint64_t capacity = kNoCapacity;
+    uint64_t held_tokens = 0;
+    FlatMap<uint32_t, Mark> held;        // node -> mark, for every node held
+    FlatMap<uint64_t, uint32_t> blocks;  // block hash -> one-page node
+    std::vector<LruEntry> lru;           // approximate only; stale entries skipped
+    bool approximate() const { return capacity != kNoCapacity; }
+  };
+
+  static void require(bool ok, const char* what) {
+    if (!ok) throw std::logic_error(std::string("radixmeta meta-tree invariant: ") + what);
+  }
+
+  uint32_t page_key(const Token* page) const { return detail::page_key(page, page_size_); }
+
+  uint32_t find_child(uint32_t parent, const Token* key) const {
+    const uint32_t page = page_size_;
+    return nodes_[parent].children.find(page_key(key), [&](uint32_t c) {
+      return page == 1 || std::memcmp(nodes_[c].label, key, page * sizeof(Token)) == 0;
+    });
+  }
+
+  // Whole-page common prefix of child c's label and key[0, n).
+  uint64_t matched(uint32_t c, const Token* key, uint64_t n) const {
+    const MetaNode& cn = nodes_[c];
+    uint64_t m = detail::common_prefix(cn.label, key, std::min<uint64_t>(cn.length, n));
+    return m - m % page_size_;
+  }
+
+  // Workers still matching that do not hold `holders` stop at depth pos.
+  void drop_non_holders(const LocationSet& holders, uint64_t pos, int64_t* lengths) {
+    const uint32_t held_words = holders.word_count();
+    size_t keep = 0;
+    for (uint32_t i : active_) {
+      const uint64_t have = i < held_words ? holders.word(i) : 0;
+      for (uint64_t drop = alive_[i] & ~have; drop != 0; drop &= drop - 1)
+        lengths[i * 64 + __builtin_ctzll(drop)] = static_cast<int64_t>(pos);
+      alive_[i] &= have;
+      if (alive_[i] != 0) active_[keep++] = i;
+    }
+    active_.resize(keep);
+  }
+
+  // match(touch=True): each approximate worker's counted pages take a new stamp.
+  void touch_counted(const int64_t* lengths, uint64_t pos, uint64_t partial) {
+    ++clock_;
+    if (approximate_.empty() || path_.empty()) return;
+    if (partial != 0) {
+      // The last node is matched only in part; cut it if some approximate
+      // worker counts into it, so that only the counted part is refreshed.
+      const uint32_t last = path_.back();
+      for (uint32_t w : approximate_) {
+        if (static_cast<uint64_t>(lengths[w]) == pos + partial) {
+          path_.back() = split(last, static_cast<uint32_t>(partial));
+          break;
+        }
+      }
+    }
+    for (uint32_t w : approximate_) {
+      const uint64_t counted = static_cast<uint64_t>(lengths[w]);
+      for (uint32_t x : path_) {
+        if (nodes_[x].depth > counted) break;
+        stamp(w, x);
+      }
+    }
+  }
+
+  // Every node on key[0, n)'s path that w holds takes the current stamp.
+  void refresh_path(uint32_t w, const Token* key, uint64_t n) {
+    uint32_t node = root_;
+    uint64_t pos = 0;
+    while (pos < n) {
+      const uint32_t c = find_child(node, key + pos);
+      if (c == kNoNode) return;
+      if (nodes_[c].depth > n) return;  // only whole nodes: the insert cut where recency differs
+      if (holds(w, c)) stamp(w, c);
+      node = c;
+      pos = nodes_[c].depth;
+    }
+  }
+
+  void stamp(uint32_t w, uint32_t x) {
+    Worker& wk = workers_[w];
+    Mark* mk = wk.held.find(x);
+    mk->stamp = (mk->stamp & kBound) | clock_;
+    push_lru(wk, x, clock_);
+  }
+
+  void push_lru(Worker& wk, uint32_t x, uint64_t stamp) {
+    wk.lru.push_back({stamp, nodes_[x].depth, x});
+    std::push_heap(wk.lru.begin(), wk.lru.end(), LruLater());
+    if (wk.lru.size() > 2 * wk.held.size() + 64) {
+      // Stale entries (re-stamped or unmarked nodes) are skipped when they
+      // surface; rebuilding once they outnumber live ones keeps the heap O(held).
+      wk.lru.clear();
+      wk.held.for_each([&](uint32_t y, const Mark& mk) {
+        wk.lru.push_back({mk.stamp & ~kBound, nodes_[y].depth, y});
+      });
+      std::make_heap(wk.lru.begin(), wk.lru.end(), LruLater());
+    }
+  }
+
+  // Trims an approximate worker to its capacity, least recent and deepest first.
+  void evict(uint32_t w) {
+    Worker& wk = workers_[w];
+    bool freed = false;
+    while (wk.held_tokens > wk.capacity) {
+      require(!wk.lru.empty(), "an approximate worker's recency heap lost a node");
+      const LruEntry e = wk.lru.front();
+      std::pop_heap(wk.lru.begin(), wk.lru.end(), LruLater());
+      wk.lru.pop_back();
+      const Mark* mk = wk.held.find(e.node);
+      if (mk == nullptr || (mk->stamp & ~kBound) != e.stamp || nodes_[e.node].depth != e.depth)
+        continue;  // stale entry
+      const uint64_t excess = wk.held_tokens - wk.capacity;
+      const uint64_t pages = (excess + page_size_ - 1) / page_size_;
+      uint32_t x = e.node;
+      const uint64_t have = nodes_[x].length / page_size_;
+      if (have > pages) split(x, static_cast<uint32_t>((have - pages) * page_size_));
+      unmark(w, x);
+      prune(x);
+      freed = true;
+    }
+    if (freed) maybe_compact();
+  }
+
+  void mark(uint32_t w, uint32_t x) {
+    Worker& wk = workers_[w];
+    nodes_[x].holders.set(w);
+    const uint64_t stamp = wk.approximate() ? clock_ : 0;
+    wk.held.put(x, Mark{stamp, 0});
+    wk.held_tokens += nodes_[x].length;
+    if (wk.approximate()) push_lru(wk, x, stamp);
+  }
+
+  void unmark(uint32_t w, uint32_t x) {
+    Worker& wk = workers_[w];
+    const Mark* mk = wk.held.find(x);
+    if ((mk->stamp & kBound) != 0) wk.blocks.erase(mk->hash);
+    wk.held.erase(x);
+    nodes_[x].holders.reset(w);
+    wk.held_tokens -= nodes_[x].length;
+  }
+
+  // Names one-page node x of w by hash (dropping the hash it had before).
+  void bind(uint32_t w, uint32_t x, uint64_t hash) {
+    Worker& wk = workers_[w];
+    Mark* mk = wk.held.find(x);
+    if ((mk->stamp & kBound) != 0) {
+      if (mk->hash == hash) return;
+      const uint64_t old = mk->hash;
+      mk->hash = hash;
+      wk.blocks.erase(old);
+    }
+    mk->stamp |= kBound;
+    mk->hash = hash;
+    wk.blocks.put(hash, x);
+  }
+
+  void unbind(uint32_t w, uint32_t x) {
+    Worker& wk = workers_[w];
+    Mark* mk = wk.held.find(x);
+    wk.blocks.erase(mk->hash);
+    mk->stamp &= ~kBound;
+  }
+
+  // Flags, for mark_repeats' caller, every block whose hash appears earlier in the event.
+  void mark_repeats(const uint64_t* hashes, uint32_t n) {
+    repeat_.assign(n, 0);
+    if (n <= 16) {
+      for (uint32_t i = 1; i < n; ++i)
+        for (uint32_t j = 0; j < i && !repeat_[i]; ++j) repeat_[i] = hashes[i] == hashes[j];
+      return;
+    }
+    order_.resize(n);
+    for (uint32_t i = 0; i < n; ++i) order_[i] = {hashes[i], i};
+    std::sort(order_.begin(), order_.end());
+    for (uint32_t i = 1; i < n; ++i)
+      if (order_[i].first == order_[i - 1].first) repeat_[order_[i].second] = 1;
+  }
+
+  // Cuts node c after m tokens; returns the new upper node, which copies c's
+  // holders and their stamps. c keeps its id as the lower part.
+  uint32_t split(uint32_t c, uint32_t m) {
+    const uint32_t u = nodes_.allocate();
+    MetaNode& cn = nodes_[c];
+    MetaNode& un = nodes_[u];
+    un.parent = cn.parent;
+    un.chunk = cn.chunk;
+    un.label = cn.label;
+    un.length = m;
+    un.depth = cn.depth - (cn.length - m);
+    un.holders = cn.holders;
+    un.alive = true;
+    const uint32_t upper_key = page_key(cn.label);
+    cn.label += m;
+    cn.length -= m;
+    cn.parent = u;
+    nodes_[un.parent].children.replace(upper_key, c, u);
+    un.children.add(page_key(cn.label), c);
+    ++node_count_;
+    cn.holders.for_each([&](uint32_t w) {
+      Worker& wk = workers_[w];
+      const Mark mk = *wk.held.find(c);  // never bound: bound nodes are one page
+      wk.held.put(u, Mark{mk.stamp, 0});
+      if (wk.approximate()) push_lru(wk, u, mk.stamp);
+    });
+    return u;
+  }
+
+  uint32_t add_leaf(uint32_t parent, const Token* key, uint32_t len) {
+    const LabelRef ref = arena_.allocate(key, nullptr, len);
+    const uint32_t x = nodes_.allocate();
+    MetaNode& xn = nodes_[x];
+    xn.parent = parent;
+    xn.chunk = ref.chunk;
+    xn.label = arena_.tokens(ref.chunk, ref.offset);
+    xn.length = len;
+    xn.depth = nodes_[parent].depth + len;
+    xn.alive = true;
+    nodes_[parent].children.add(page_key(key), x);
+    ++node_count_;
+    return x;
+  }
+
+  // Frees x and then its ancestors while they have no holders and no children.
+  void prune(uint32_t x) {
+    while (x != root_ && nodes_[x].alive && nodes_[x].children.empty() &&
+           !nodes_[x].holders.any()) {
+      MetaNode& n = nodes_[x];
+      const uint32_t p = n.parent;
+      nodes_[p].children.remove(page_key(n.label), x);
+      arena_.release(n.chunk, n.length);
+      n.alive = false;
+      n.children.clear();
+      n.holders.clear();
+      nodes_.release(x);
+      --node_count_;
+      x = p;
+    }
+  }
+
+  // Moves labels out of sparse arena chunks once garbage outweighs half the
+  // live tokens (as RadixTree does): amortised O(1) per freed token.
+  void maybe_compact() {
+    const size_t garbage = arena_.garbage_tokens();
+    if (garbage <= LabelArena::kDefaultChunkTokens || garbage * 2 <= arena_.live_tokens()) return;
+    if (arena_.begin_evacuation() == 0) return;
+    for (uint32_t x : nodes_in_order()) {
+      MetaNode& n = nodes_[x];
+      if (!arena_.evacuating(n.chunk)) continue;
+      const LabelRef ref = arena_.allocate(n.label, nullptr, n.length);
+      arena_.release(n.chunk, n.length);
+      n.chunk = ref.chunk;
+      n.label = arena_.tokens(ref.chunk, ref.offset);
+    }
+  }
+
+  uint32_t page_size_;
+  LabelArena arena_;
+  NodePool<MetaNode> nodes_;
+  uint32_t root_ = kNoNode;
+  uint32_t node_count_ = 0;
+  uint64_t clock_ = 0;
+  std::vector<Worker> workers_;
+  std::vector<uint64_t> live_mask_{0};
+  std::vector<uint32_t> approximate_;  // indices of live approximate workers
+  // Scratch reused across calls (no allocation on the hot path).
+  std::vector<uint64_t> alive_;
+  std::vector<uint32_t> active_;
+  std::vector<uint32_t> path_;
+  std::vector<uint8_t> repeat_;
+  std::vector<std::pair<uint64_t, uint32_t>> order_;
+};
+
+}  // namespace radixmeta

@@ -1,0 +1,473 @@
+# The router's meta-tree: the native MetaCore behind radixmeta.MetaTree.
+# Included into _core.pyx, whose argument converters it shares.
+
+from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRepeated, kStoredOk, kUnknownParent
+
+from radixmeta import _blocks
+from radixmeta._blocks import BlockStatus
+from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
+from radixmeta.errors import RadixMetaError
+
+cdef object _HASH_LIMIT = 2**64
+cdef object _WorkerId = WorkerId
+
+
+cdef inline bint _is_live(tuple slots, object worker):
+    """Fast path of resolve_in: the very WorkerId object the table handed out."""
+    cdef Py_ssize_t index
+    if type(worker) is not _WorkerId:
+        return False
+    index = (<tuple>worker)[2]
+    return 0 <= index < len(slots) and slots[index] is worker
+
+
+cdef object _load_hashes(object hashes, vector[uint64_t]* scratch, const uint64_t** data,
+                         size_t* n):
+    """Point *data at block hashes as uint64; returns the object owning the memory."""
+    cdef Py_ssize_t i, length
+    cdef PyObject** items
+    cdef object item
+    cdef long long v
+    cdef int overflow
+    cdef cnp.ndarray arr
+    if cnp.PyArray_Check(hashes):
+        arr = <cnp.ndarray>hashes
+        if (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_ITEMSIZE(arr) == 8
+                and (arr.descr.kind == b'i' or arr.descr.kind == b'u')
+                and cnp.PyArray_ISNOTSWAPPED(arr) and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+                and cnp.PyArray_ISALIGNED(arr)):
+            data[0] = <const uint64_t*>cnp.PyArray_DATA(arr)
+            n[0] = cnp.PyArray_DIM(arr, 0)
+            return arr  # signed hashes are read as their two's complement, in place
+    elif isinstance(hashes, list):
+        length = len(hashes)
+        scratch.resize(length)
+        items = PySequence_Fast_ITEMS(hashes)
+        for i in range(length):
+            item = <object>items[i]
+            if not PyLong_CheckExact(item):
+                break
+            v = PyLong_AsLongLongAndOverflow(item, &overflow)
+            if overflow == 0:
+                scratch[0][i] = <uint64_t>v
+            elif 0 <= item < _HASH_LIMIT:
+                scratch[0][i] = <uint64_t>item
+            else:
+                break
+        else:
+            data[0] = scratch.data()
+            n[0] = length
+            return None
+    # Anything else (tuples, other dtypes, bad values): the shared converter
+    # raises the same errors as the reference, or converts.
+    converted = _blocks.block_hashes(hashes)
+    scratch.resize(len(converted))
+    for i, item in enumerate(converted):
+        scratch[0][i] = <uint64_t>item
+    data[0] = scratch.data()
+    n[0] = len(converted)
+    return None
+
+
+cdef inline void _append(vector[uint32_t]* dst, const vector[uint32_t]& src):
+    cdef size_t old = dst.size()
+    dst.resize(old + src.size())
+    if src.size():
+        memcpy(dst.data() + old, src.data(), src.size() * sizeof(uint32_t))
+
+
+cdef cnp.ndarray _uint32_copy(const vector[uint32_t]& tokens, size_t begin, size_t end):
+    arr = _new_uint32(end - begin)
+    if end > begin:
+        memcpy(cnp.PyArray_DATA(arr), tokens.data() + begin, (end - begin) * sizeof(uint32_t))
+    return arr
+
+
+@cython.freelist(16)
+cdef class MetaMatch:
+    """Result of ``MetaTree.match``.
+
+    Attributes
+    ----------
+    lengths : numpy.ndarray
+        ``int64`` array indexed by worker index: each worker's matched tokens
+        (0 for free indices).
+    tree_length : int
+        How much of the key is in the tree at all.
+    """
+
+    cdef readonly cnp.ndarray lengths
+    cdef readonly object tree_length
+    cdef tuple _slots
+
+    def length_of(self, worker):
+        """Matched tokens of ``worker`` (a worker that was live at the match)."""
+        if _is_live(self._slots, worker):
+            return int(self.lengths[(<tuple>worker)[2]])
+        return int(self.lengths[resolve_in(self._slots, worker)])
+
+    def best(self):
+        """``(WorkerId, length)`` of the longest match, lowest index on ties; None without workers."""
+        cdef const int64_t* data = <const int64_t*>cnp.PyArray_DATA(self.lengths)
+        cdef Py_ssize_t i, found = -1
+        cdef int64_t top = -1
+        cdef tuple slots = self._slots
+        for i in range(len(slots)):
+            if data[i] > top and slots[i] is not None:
+                top = data[i]
+                found = i
+        return None if found < 0 else (slots[found], int(top))
+
+    def __repr__(self):
+        return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
+
+
+cdef class MetaCore:
+    """Native implementation of the meta-tree core (see ``radixmeta.MetaTree``)."""
+
+    cdef unique_ptr[MetaTree] _tree
+    cdef object _table
+    cdef vector[uint32_t] _tokens
+    cdef vector[uint64_t] _hashes
+
+    def __cinit__(self, page_size=1):
+        cdef uint32_t page = check_int("page_size", page_size, 1)
+        self._tree.reset(new MetaTree(page))
+        self._table = WorkerTable()
+
+    # -- workers -------------------------------------------------------------------
+
+    @property
+    def page_size(self):
+        return self._tree.get().page_size()
+
+    @property
+    def node_count(self):
+        """Nodes in the tree, the root excluded."""
+        return self._tree.get().node_count()
+
+    @property
+    def n_workers(self):
+        """Length of every ``lengths`` array: the highest worker index ever used, plus one."""
+        return len(self._table.slots)
+
+    @property
+    def workers(self):
+        """The live workers, by index."""
+        return self._table.live
+
+    cdef uint32_t _index(self, object worker) except? 0xFFFFFFFF:
+        if _is_live(self._table.slots, worker):
+            return (<tuple>worker)[2]
+        return self._table.resolve(worker)
+
+    def add_worker(self, name, dp_rank=0, *, capacity=None):
+        """Register worker ``(name, dp_rank)``; ``capacity`` (tokens) makes it approximate."""
+        worker = self._table.add(name, dp_rank, capacity)
+        self._tree.get().add_worker(worker.index, kNoCapacity if capacity is None else capacity)
+        return worker
+
+    def remove_worker(self, worker):
+        """Forget a worker and every mark it had; returns the tokens it held."""
+        cdef uint32_t w = self._index(worker)
+        tokens = self._tree.get().remove_worker(w)
+        self._table.remove(worker)
+        return tokens
+
+    def worker(self, name, dp_rank=0):
+        """The ``WorkerId`` registered as ``(name, dp_rank)``."""
+        return self._table.lookup(name, dp_rank)
+
+    def capacity_of(self, worker):
+        """The worker's capacity in tokens, or None for an exact worker."""
+        return self._table.capacities[self._index(worker)]
+
+    def held_tokens(self, worker):
+        """Tokens the worker holds."""
+        return self._tree.get().held_tokens(self._index(worker))
+
+    # -- token paths -----------------------------------------------------------------
+
+    cdef uint64_t _start(self, object start, size_t n) except? 0xFFFFFFFFFFFFFFFF:
+        cdef uint32_t page = self._tree.get().page_size()
+        cdef size_t whole = n - n % page
+        if type(start) is int and start == 0:
+            return 0
+        value = check_int("start", start, 0)
+        if value % page:
+            raise InvalidInputError(f"start must be a multiple of page_size ({page}), got {value}")
+        if value > whole:
+            raise InvalidInputError(f"start = {value} is beyond the key's {whole} whole-page tokens")
+        return value
+
+    def insert(self, key, worker, *, start=0):
+        """Mark the pages of ``key`` from ``start`` on as held by ``worker``; returns pages newly marked."""
+        cdef uint32_t w = self._index(worker)
+        cdef const uint32_t* data
+        cdef size_t n
+        owner = _load_tokens(key, &self._tokens, &data, &n)
+        cdef uint64_t s = self._start(start, n)
+        return self._tree.get().insert(data, n, w, s)
+
+    def remove(self, key, worker, *, start=0):
+        """Unmark the pages of ``key`` from ``start`` on for ``worker``; returns pages unmarked."""
+        cdef uint32_t w = self._index(worker)
+        cdef const uint32_t* data
+        cdef size_t n
+        owner = _load_tokens(key, &self._tokens, &data, &n)
+        cdef uint64_t s = self._start(start, n)
+        return self._tree.get().remove(data, n, w, s)
+
+    def match(self, key, *, touch=False):
+        """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
+        cdef const uint32_t* data
+        cdef size_t n
+        if touch is not False and touch is not True:
+            raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        owner = _load_tokens(key, &self._tokens, &data, &n)
+        cdef tuple slots = self._table.slots
+        cdef uint32_t count = len(slots)
+        cdef cnp.ndarray lengths = _new_int64(count)
+        cdef uint64_t found = self._tree.get().match(
+            data, n, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
+        cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
+        result.lengths = lengths
+        result.tree_length = found
+        result._slots = slots
+        return result
+
+    def match_many(self, keys, *, touch=False):
+        """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
+        cdef const uint32_t* data
+        cdef size_t n
+        cdef Py_ssize_t row
+        if touch is not False and touch is not True:
+            raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        if cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 2:
+            rows = list(keys)
+        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+            raise InputTypeError(f"keys must be a sequence of keys, got {type(keys).__name__}")
+        else:
+            rows = list(keys)
+        # A touching match changes recency: convert every key before matching
+        # any, so that a bad key raises with nothing changed.
+        converted = [_owned_tokens(k) for k in rows] if touch else rows
+        cdef uint32_t count = len(self._table.slots)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = len(converted)
+        dims[1] = count
+        cdef cnp.ndarray out = cnp.PyArray_ZEROS(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t* base = <int64_t*>cnp.PyArray_DATA(out)
+        for row in range(len(converted)):
+            owner = _load_tokens(converted[row], &self._tokens, &data, &n)
+            self._tree.get().match(data, n, touch, base + row * count, count)
+        return out
+
+    def items(self, worker=None):
+        """``(key, holders)`` per node in key order; only nodes ``worker`` holds when given."""
+        cdef MetaTree* tree = self._tree.get()
+        cdef uint32_t w = 0
+        cdef bint only = worker is not None
+        if only:
+            w = self._index(worker)
+        cdef vector[uint32_t] nodes = tree.nodes_in_order()
+        cdef vector[uint32_t] kept
+        cdef size_t k
+        for k in range(nodes.size()):
+            if not only or tree.holds(w, nodes[k]):
+                kept.push_back(nodes[k])
+        return self._node_records(kept, False)
+
+    def dump(self, worker):
+        """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
+        cdef uint32_t w = self._index(worker)
+        cdef vector[uint32_t] nodes = self._tree.get().held_in_order(w)
+        return self._node_records(nodes, True)
+
+    cdef list _node_records(self, const vector[uint32_t]& nodes, bint with_start):
+        """Paths (and starts, or holders) of nodes, read out before any object is made."""
+        cdef MetaTree* tree = self._tree.get()
+        cdef vector[uint32_t] path, paths
+        cdef vector[size_t] ends
+        cdef vector[uint32_t] starts
+        cdef vector[vector[uint32_t]] holders
+        cdef vector[uint32_t] members
+        cdef uint32_t slots = len(self._table.slots)
+        cdef uint32_t i, x
+        cdef size_t k
+        for k in range(nodes.size()):
+            x = nodes[k]
+            tree.path_tokens(x, &path)
+            _append(&paths, path)
+            ends.push_back(paths.size())
+            starts.push_back(tree.node(x).depth - tree.node(x).length)
+            if not with_start:
+                members.clear()
+                for i in range(slots):
+                    if tree.node(x).holders.test(i):
+                        members.push_back(i)
+                holders.push_back(members)
+        table = self._table.slots
+        out = []
+        cdef size_t begin = 0
+        for k in range(nodes.size()):
+            key = _uint32_copy(paths, begin, ends[k])
+            begin = ends[k]
+            if with_start:
+                out.append((key, starts[k]))
+            else:
+                out.append((key, tuple(table[i] for i in holders[k])))
+        return out
+
+    # -- engine block events -------------------------------------------------------
+
+    def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0):
+        """Apply a KV ``BlockStored`` event atomically; returns pages newly marked."""
+        return self._stored(self._index(worker), tier, parent_hash, block_hashes, token_ids)
+
+    cdef object _stored(self, uint32_t w, object tier, object parent_hash, object block_hashes,
+                        object token_ids):
+        cdef MetaTree* tree = self._tree.get()
+        cdef const uint64_t* hashes
+        cdef const uint32_t* tokens
+        cdef size_t n_blocks, n_tokens
+        cdef uint64_t parent = 0
+        cdef bint has_parent = parent_hash is not None
+        if not (type(tier) is int and tier == 0):
+            _blocks.check_tier(tier)
+        if has_parent:
+            if type(parent_hash) is int and 0 <= parent_hash < _HASH_LIMIT:
+                parent = <uint64_t>parent_hash
+            else:
+                parent = <uint64_t>_blocks.parent_hash(parent_hash)
+        hash_owner = _load_hashes(block_hashes, &self._hashes, &hashes, &n_blocks)
+        token_owner = _load_tokens(token_ids, &self._tokens, &tokens, &n_tokens)
+        cdef uint32_t page = tree.page_size()
+        if n_tokens != n_blocks * page:
+            raise _blocks.bad_token_count(n_tokens, n_blocks, page)
+        cdef StoredCheck check = tree.check_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+        if check.code != kStoredOk:
+            who = self._table.slots[w]
+            if check.code == kUnknownParent:
+                raise _blocks.unknown_parent(who, parent)
+            h = hashes[check.index]
+            if check.code == kCycle:
+                raise _blocks.cycle(check.index, h)
+            if check.code == kRepeated:
+                raise _blocks.repeated_hash(check.index, h)
+            raise _blocks.names_other_page(who, check.index, h)
+        return tree.apply_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+
+    def apply_removed(self, worker, block_hashes, *, tier=0):
+        """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
+        return self._removed(self._index(worker), tier, block_hashes)
+
+    cdef object _removed(self, uint32_t w, object tier, object block_hashes):
+        cdef const uint64_t* hashes
+        cdef size_t n_blocks
+        if not (type(tier) is int and tier == 0):
+            _blocks.check_tier(tier)
+        owner = _load_hashes(block_hashes, &self._hashes, &hashes, &n_blocks)
+        return self._tree.get().apply_removed(w, hashes, n_blocks)
+
+    def apply_cleared(self, worker):
+        """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing. Returns tokens unmarked."""
+        return self._tree.get().clear_worker(self._index(worker))
+
+    def apply_events(self, records):
+        """Apply event records in order, each atomically; returns an int8 status per record."""
+        if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
+            raise InputTypeError(
+                f"records must be a sequence of event records, got {type(records).__name__}"
+            )
+        records = records if isinstance(records, (list, tuple)) else list(records)
+        cdef cnp.ndarray status = np.zeros(len(records), dtype=np.int8)
+        cdef signed char* out = <signed char*>cnp.PyArray_DATA(status)
+        cdef Py_ssize_t i
+        for i in range(len(records)):
+            try:
+                self._apply_record(records[i])
+            except RadixMetaError as exc:
+                out[i] = _blocks.record_status(exc)
+        return status
+
+    cdef object _apply_record(self, object record):
+        if not isinstance(record, (tuple, list)) or len(record) == 0:
+            raise InputTypeError("an event record must be a non-empty tuple")
+        kind = record[0]
+        if kind == "stored" and len(record) == 5:
+            return self._stored(self._index(record[1]), 0, record[2], record[3], record[4])
+        if kind == "removed" and len(record) == 3:
+            return self._removed(self._index(record[1]), 0, record[2])
+        if kind == "cleared" and len(record) == 2:
+            return self.apply_cleared(record[1])
+        raise InvalidInputError(f"not an event record: {record!r}")
+
+    # -- whole tree ----------------------------------------------------------------------
+
+    def memory_usage(self):
+        """Bytes held by the native tree (nodes, labels, per-worker maps). O(n)."""
+        return self._tree.get().memory_usage()
+
+    def check(self):
+        """Verify every invariant in O(n + marks); raises AssertionError on a violation."""
+        try:
+            self._tree.get().check_invariants()
+        except RuntimeError as exc:
+            raise AssertionError(str(exc)) from None
+
+    def _block_entries(self, worker):
+        """(hash, path to the page end) for every block hash of the worker, by hash."""
+        cdef MetaTree* tree = self._tree.get()
+        cdef vector[pair[uint64_t, uint32_t]] entries = tree.block_entries(self._index(worker))
+        cdef vector[uint32_t] path, paths
+        cdef vector[size_t] ends
+        cdef size_t k
+        for k in range(entries.size()):
+            tree.path_tokens(entries[k].second, &path)
+            _append(&paths, path)
+            ends.push_back(paths.size())
+        out = []
+        cdef size_t begin = 0
+        for k in range(entries.size()):
+            out.append((entries[k].first, _uint32_copy(paths, begin, ends[k])))
+            begin = ends[k]
+        return out
+
+    def _bind_hash(self, worker, key, block_hash):
+        """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
+        cdef uint32_t w = self._index(worker)
+        cdef const uint32_t* data
+        cdef size_t n
+        cdef uint64_t h = _blocks.block_hash(block_hash, "block_hash")
+        owner = _load_tokens(key, &self._tokens, &data, &n)
+        if not self._tree.get().bind_hash(w, data, n, h):
+            raise InvalidInputError("the worker holds no page ending at the end of key")
+
+    def _worker_state(self):
+        """The worker registry's state, for pickling."""
+        return self._table.state()
+
+    def _adopt_table(self, state):
+        """Take over a pickled worker registry (the tree must have no workers yet)."""
+        if self._table.slots:
+            raise RuntimeError("_adopt_table needs a tree without workers")
+        table = WorkerTable.from_state(state)
+        for worker in table.slots:
+            if worker is not None:
+                capacity = table.capacities[worker.index]
+                self._tree.get().add_worker(
+                    worker.index, kNoCapacity if capacity is None else capacity)
+        self._table = table
+
+
+cdef cnp.ndarray _owned_tokens(object key):
+    """A checked copy of key as a uint32 array."""
+    cdef vector[uint32_t] scratch
+    cdef const uint32_t* data
+    cdef size_t n
+    owner = _load_tokens(key, &scratch, &data, &n)
+    arr = _new_uint32(n)
+    if n:
+        memcpy(cnp.PyArray_DATA(arr), data, n * sizeof(uint32_t))
+    return arr

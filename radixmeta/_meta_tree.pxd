@@ -1,0 +1,55 @@
+# Declarations of csrc/include/radixmeta/meta_tree.hpp for Cython.
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libcpp cimport bool
+from libcpp.pair cimport pair
+from libcpp.vector cimport vector
+
+
+cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
+    cdef cppclass LocationSet:
+        bool test(uint32_t i)
+
+    cdef cppclass MetaNode:
+        uint32_t length
+        uint32_t depth
+        LocationSet holders
+
+    cdef enum StoredCheckCode "radixmeta::StoredCheck::Code":
+        kStoredOk "radixmeta::StoredCheck::kOk"
+        kUnknownParent "radixmeta::StoredCheck::kUnknownParent"
+        kCycle "radixmeta::StoredCheck::kCycle"
+        kRepeated "radixmeta::StoredCheck::kRepeated"
+        kOtherPage "radixmeta::StoredCheck::kOtherPage"
+
+    cdef struct StoredCheck:
+        StoredCheckCode code
+        uint32_t index
+
+    cdef cppclass MetaTree:
+        MetaTree(uint32_t page_size) except +
+        uint32_t page_size()
+        uint32_t node_count()
+        void add_worker(uint32_t w, uint64_t capacity) except +
+        uint64_t clear_worker(uint32_t w) except +
+        uint64_t remove_worker(uint32_t w) except +
+        uint64_t held_tokens(uint32_t w)
+        bool holds(uint32_t w, uint32_t x)
+        uint64_t insert(const uint32_t* key, uint64_t n, uint32_t w, uint64_t start) except +
+        uint64_t remove(const uint32_t* key, uint64_t n, uint32_t w, uint64_t start) except +
+        uint64_t match(const uint32_t* key, uint64_t n, bool touch, int64_t* lengths,
+                       uint32_t slots) except +
+        StoredCheck check_stored(uint32_t w, bool has_parent, uint64_t parent,
+                                 const uint64_t* hashes, uint32_t n_blocks,
+                                 const uint32_t* tokens) except +
+        uint64_t apply_stored(uint32_t w, bool has_parent, uint64_t parent,
+                              const uint64_t* hashes, uint32_t n_blocks,
+                              const uint32_t* tokens) except +
+        uint64_t apply_removed(uint32_t w, const uint64_t* hashes, uint32_t n_blocks) except +
+        bool bind_hash(uint32_t w, const uint32_t* key, uint64_t n, uint64_t hash) except +
+        const MetaNode& node(uint32_t x)
+        vector[uint32_t] nodes_in_order() except +
+        vector[uint32_t] held_in_order(uint32_t w) except +
+        vector[pair[uint64_t, uint32_t]] block_entries(uint32_t w) except +
+        void path_tokens(uint32_t x, vector[uint32_t]* out) except +
+        size_t memory_usage() except +
+        void check_invariants() except +
