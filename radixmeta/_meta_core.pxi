@@ -17,7 +17,7 @@ cdef inline bint _is_live(tuple slots, object worker):
     cdef Py_ssize_t index
     if type(worker) is not _WorkerId:
         return False
-    index = (<tuple>worker)[2]
+    index = worker.index
     return 0 <= index < len(slots) and slots[index] is worker
 
 
@@ -103,7 +103,7 @@ cdef class MetaMatch:
     def length_of(self, worker):
         """Matched tokens of ``worker`` (a worker that was live at the match)."""
         if _is_live(self._slots, worker):
-            return int(self.lengths[(<tuple>worker)[2]])
+            return int(self.lengths[worker.index])
         return int(self.lengths[resolve_in(self._slots, worker)])
 
     def best(self):
@@ -158,7 +158,7 @@ cdef class MetaCore:
 
     cdef uint32_t _index(self, object worker) except? 0xFFFFFFFF:
         if _is_live(self._table.slots, worker):
-            return (<tuple>worker)[2]
+            return worker.index
         return self._table.resolve(worker)
 
     def add_worker(self, name, dp_rank=0, *, capacity=None):

@@ -13,7 +13,8 @@ makes their error types and messages identical.
 from __future__ import annotations
 
 import heapq
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from radixmeta.errors import DuplicateWorkerError, InputTypeError, InvalidInputE
 __all__ = ["WorkerId", "WorkerTable", "resolve_in"]
 
 
-class WorkerId(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class WorkerId:
     """A registered worker of a :class:`~radixmeta.MetaTree`.
 
     Attributes
@@ -120,7 +122,7 @@ class WorkerTable:
     def from_state(cls, state: tuple[Any, ...]) -> WorkerTable:
         slots, generations, capacities = state
         table = cls()
-        table.slots = tuple(None if w is None else WorkerId(*w) for w in slots)
+        table.slots = tuple(slots)
         table._generations = list(generations)
         table.capacities = list(capacities)
         table._by_name = {(w.name, w.dp_rank): w for w in table.slots if w is not None}

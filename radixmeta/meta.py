@@ -71,7 +71,7 @@ def _restore(cls: type[MetaTree], page_size: int, worker_state: Any, workers: li
     tree._adopt_table(worker_state)
     slots = worker_state[0]
     for index, records, blocks in workers:
-        worker = tree.worker(slots[index][0], slots[index][1])
+        worker = slots[index]
         # Records of an approximate worker come oldest first, so replaying
         # them in order rebuilds its recency order as well as its pages.
         for key, start in records:
