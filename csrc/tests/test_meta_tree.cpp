@@ -1,0 +1,165 @@
+// Tests of the meta-tree core with g++ alone (no Python): `make -C csrc test`.
+// A fixed-seed generator drives random operations against a brute-force model
+// (per worker, the set of page paths it holds), with the invariant check after
+// every step; the sanitizers catch memory errors on the way.
+#include <radixmeta/meta_tree.hpp>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+using radixmeta::kNoCapacity;
+using radixmeta::MetaTree;
+using radixmeta::StoredCheck;
+using radixmeta::Token;
+
+static int failures = 0;
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                                    \
+    }                                                                                \
+  } while (0)
+
+using Page = std::vector<Token>;  // a page's full path from the root
+
+// Model: pages held per worker; match = leading pages held, page by page.
+struct Model {
+  uint32_t page;
+  std::vector<std::set<Page>> held;
+
+  int64_t length(uint32_t w, const std::vector<Token>& key) const {
+    int64_t n = 0;
+    for (size_t end = page; end <= key.size(); end += page) {
+      if (!held[w].count(Page(key.begin(), key.begin() + end))) break;
+      n = static_cast<int64_t>(end);
+    }
+    return n;
+  }
+  uint64_t mark(uint32_t w, const std::vector<Token>& key, size_t start, bool on) {
+    uint64_t changed = 0;
+    for (size_t end = start + page; end <= key.size() - key.size() % page; end += page) {
+      Page p(key.begin(), key.begin() + end);
+      changed += on ? held[w].insert(p).second : held[w].erase(p);
+    }
+    return changed;
+  }
+};
+
+static void test_example_from_the_docs() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  t.add_worker(1, kNoCapacity);
+  const std::vector<Token> a{1, 2, 3, 4, 5, 6}, b{1, 2, 3, 4, 9, 9}, q{1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(t.insert(a.data(), a.size(), 0, 0) == 3);
+  CHECK(t.insert(b.data(), b.size(), 1, 0) == 3);
+  int64_t lengths[2];
+  CHECK(t.match(q.data(), q.size(), false, lengths, 2) == 6);
+  CHECK(lengths[0] == 6 && lengths[1] == 4);
+  // The gap rule: worker 0 drops its middle page; its last one no longer counts.
+  CHECK(t.remove(a.data(), 4, 0, 2) == 1);
+  t.match(q.data(), q.size(), false, lengths, 2);
+  CHECK(lengths[0] == 2 && lengths[1] == 4);
+  CHECK(t.insert(a.data(), 4, 0, 0) == 1);  // the gap is filled again
+  t.match(q.data(), q.size(), false, lengths, 2);
+  CHECK(lengths[0] == 6);
+  t.check_invariants();
+}
+
+static void test_block_events() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  const std::vector<Token> tokens{1, 2, 3, 4, 5, 6};
+  const uint64_t hashes[] = {100, 101, 102};
+  CHECK(t.check_stored(0, false, 0, hashes, 3, tokens.data()).code == StoredCheck::kOk);
+  CHECK(t.apply_stored(0, false, 0, hashes, 3, tokens.data()) == 3);
+  CHECK(t.node_count() == 3);  // one node per named page
+  CHECK(t.apply_stored(0, false, 0, hashes, 3, tokens.data()) == 0);  // idempotent
+  const uint64_t child[] = {103};
+  const std::vector<Token> more{7, 8};
+  CHECK(t.check_stored(0, true, 999, child, 1, more.data()).code == StoredCheck::kUnknownParent);
+  const uint64_t cyc[] = {102};
+  CHECK(t.check_stored(0, true, 102, cyc, 1, more.data()).code == StoredCheck::kCycle);
+  const uint64_t other[] = {100};
+  CHECK(t.check_stored(0, true, 102, other, 1, more.data()).code == StoredCheck::kOtherPage);
+  const uint64_t twice[] = {104, 104};
+  const std::vector<Token> two{7, 8, 9, 9};
+  CHECK(t.check_stored(0, true, 102, twice, 2, two.data()).code == StoredCheck::kRepeated);
+  CHECK(t.apply_stored(0, true, 102, child, 1, more.data()) == 1);
+  const uint64_t gone[] = {101, 555};
+  CHECK(t.apply_removed(0, gone, 2) == 1);
+  CHECK(t.check_stored(0, true, 101, child, 1, more.data()).code == StoredCheck::kUnknownParent);
+  t.check_invariants();
+  CHECK(t.clear_worker(0) == 6);
+  CHECK(t.node_count() == 0);
+  t.check_invariants();
+}
+
+static void test_approximate_worker_keeps_to_capacity() {
+  MetaTree t(1);
+  t.add_worker(0, 4);
+  const std::vector<Token> a{1, 2, 3}, b{1, 2, 7, 8, 9};
+  t.insert(a.data(), a.size(), 0, 0);
+  t.insert(b.data(), b.size(), 0, 0);  // holds 6 > 4: the oldest leaf (3) and then 9 go
+  CHECK(t.held_tokens(0) == 4);
+  int64_t len = 0;
+  t.match(a.data(), a.size(), false, &len, 1);
+  CHECK(len == 2);
+  t.match(b.data(), b.size(), false, &len, 1);
+  CHECK(len == 4);
+  t.check_invariants();
+}
+
+static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t seed) {
+  std::mt19937 rng(seed);
+  MetaTree t(page);
+  Model model{page, std::vector<std::set<Page>>(workers)};
+  for (uint32_t w = 0; w < workers; ++w) t.add_worker(w, kNoCapacity);
+  std::vector<std::vector<Token>> pool;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<Token> key;
+    if (!pool.empty() && rng() % 2) key = pool[rng() % pool.size()];
+    key.resize(key.size() / 2);
+    const size_t extra = 1 + rng() % (4 * page);
+    for (size_t j = 0; j < extra; ++j) key.push_back(rng() % 3);
+    pool.push_back(key);
+  }
+  std::vector<int64_t> lengths(workers);
+  for (int step = 0; step < 3000; ++step) {
+    const auto& key = pool[rng() % pool.size()];
+    const uint32_t w = rng() % workers;
+    const size_t whole = key.size() - key.size() % page;
+    const size_t start = page * (rng() % (whole / page + 1));
+    switch (rng() % 3) {
+      case 0:
+        CHECK(t.insert(key.data(), key.size(), w, start) == model.mark(w, key, start, true));
+        break;
+      case 1:
+        CHECK(t.remove(key.data(), key.size(), w, start) == model.mark(w, key, start, false));
+        break;
+      default: {
+        t.match(key.data(), key.size(), false, lengths.data(), workers);
+        for (uint32_t v = 0; v < workers; ++v) CHECK(lengths[v] == model.length(v, key));
+      }
+    }
+    t.check_invariants();
+    if (failures > 0) return;
+  }
+}
+
+int main() {
+  test_example_from_the_docs();
+  test_block_events();
+  test_approximate_worker_keeps_to_capacity();
+  test_random_against_model(1, 3, 1);
+  test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word
+  if (failures != 0) {
+    std::fprintf(stderr, "%d meta-tree check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("meta-tree tests: all checks passed\n");
+  return 0;
+}
