@@ -5,9 +5,10 @@ import doctest
 import pytest
 
 import radixmeta.cache
+import radixmeta.meta
 
 
-@pytest.mark.parametrize("module", [radixmeta.cache], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [radixmeta.cache, radixmeta.meta], ids=lambda m: m.__name__)
 def test_docstring_examples(module: object) -> None:
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert tried > 0, "no examples found: the docstrings lost their examples"
