@@ -1,10 +1,15 @@
-"""``python -m radixmeta``: a short demonstration of RadixCache with timings.
+"""``python -m radixmeta``: a short demonstration of RadixCache and MetaTree with timings.
 
-It plays one worker's serving loop over a synthetic workload of requests that
-share system prompts and few-shot blocks: match the longest cached prefix, lock
-it while the request "runs", store the new tokens (freeing duplicate slots),
-and evict when the KV pool is full. It prints the hit rate, the per-operation
-latency and the memory the tree uses.
+Part one plays one worker's serving loop over a synthetic workload of requests
+that share system prompts and few-shot blocks: match the longest cached prefix,
+lock it while the request "runs", store the new tokens (freeing duplicate
+slots), and evict when the KV pool is full. It prints the hit rate, the
+per-operation latency and the memory the tree uses.
+
+Part two serves the same requests with a data-parallel fleet of workers, each
+with its own RadixCache, behind a router whose MetaTree models every worker's
+cache (approximate mode: no events, the router evicts on each worker's
+behalf). It compares round-robin with cache-aware routing.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 
 import numpy as np
 
-from radixmeta import RadixCache, implementation
+from radixmeta import MetaTree, RadixCache, implementation
 
 
 def _workload(seed: int, requests: int) -> list[np.ndarray]:
@@ -30,12 +35,59 @@ def _workload(seed: int, requests: int) -> list[np.ndarray]:
     return out
 
 
+class _Worker:
+    """One data-parallel worker: a RadixCache over its own KV pool."""
+
+    def __init__(self, pool: int, page_size: int) -> None:
+        self.cache = RadixCache(page_size=page_size, capacity=pool)
+        self.load = 0  # requests routed here: the balance guard of cache-aware routing
+
+    def serve(self, tokens: np.ndarray) -> int:
+        """Match, then cache the prompt (capacity mode evicts); returns the hit tokens."""
+        hit = self.cache.match_prefix(tokens).length
+        self.cache.insert(tokens)
+        self.load += 1
+        return hit
+
+
+def _fleet(requests: list[np.ndarray], args: argparse.Namespace, policy: str) -> tuple[float, float]:
+    """Serve requests on args.workers workers; returns (hit rate, router us per request)."""
+    pool = args.pool // args.workers  # the same KV memory as part one, split
+    workers = [_Worker(pool, args.page_size) for _ in range(args.workers)]
+    tree = MetaTree(page_size=args.page_size)
+    ids = [tree.add_worker(f"worker-{i}", capacity=pool) for i in range(args.workers)]
+    hits = total = 0
+    router_ns = 0
+    clock = time.perf_counter_ns
+    for i, tokens in enumerate(requests):
+        t = clock()
+        if policy == "round-robin":
+            choice = i % len(workers)
+        else:
+            # Longest cached prefix wins, unless that worker is already far
+            # busier than the least loaded one (the sgl-router's balance rule).
+            lengths = tree.match(tokens, touch=True).lengths
+            least = min(range(len(workers)), key=lambda w: workers[w].load)
+            best = int(np.argmax(lengths))
+            choice = best if workers[best].load <= workers[least].load + 32 else least
+        tree.insert(tokens, ids[choice])
+        router_ns += clock() - t
+        hits += workers[choice].serve(tokens)
+        total += len(tokens)
+        if i % 64 == 63:  # requests finish: the balance guard looks at recent load
+            for w in workers:
+                w.load = max(0, w.load - 16)
+    tree.check()
+    return hits / total, router_ns / len(requests) / 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m radixmeta", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=20_000, help="requests to serve")
     parser.add_argument("--pool", type=int, default=400_000, help="KV pool size in tokens")
     parser.add_argument("--page-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=4, help="data-parallel workers in part two")
     args = parser.parse_args(argv)
 
     print(f"radixmeta RadixCache demo ({implementation} core), page_size={args.page_size}, "
@@ -97,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<14}{calls:>10,}{mean:>12}")
     print(f"tree: {cache.node_count:,} nodes, {cache.total_size:,} tokens cached, "
           f"{cache.memory_usage() / 2**20:.1f} MiB")
+
+    print(f"\ndata-parallel fleet: {args.workers} workers sharing the {args.pool:,}-token pool, "
+          "one MetaTree router (approximate mode)")
+    print(f"{'routing':<14}{'hit rate':>10}{'router':>14}")
+    for policy in ("round-robin", "cache-aware"):
+        rate, router_us = _fleet(requests, args, policy)
+        print(f"{policy:<14}{rate:>10.1%}{router_us:>11.2f} us")
     return 0
 
 
