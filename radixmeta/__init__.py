@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from radixmeta import errors
+from radixmeta._blocks import BlockStatus
 from radixmeta._impl import backend as _backend
 from radixmeta._impl import implementation
-from radixmeta._blocks import BlockStatus
 from radixmeta._types import CacheStats
 from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache

@@ -50,7 +50,9 @@ class _Worker:
         return hit
 
 
-def _fleet(requests: list[np.ndarray], args: argparse.Namespace, policy: str) -> tuple[float, float]:
+def _fleet(
+    requests: list[np.ndarray], args: argparse.Namespace, policy: str
+) -> tuple[float, float]:
     """Serve requests on args.workers workers; returns (hit rate, router us per request)."""
     pool = args.pool // args.workers  # the same KV memory as part one, split
     workers = [_Worker(pool, args.page_size) for _ in range(args.workers)]

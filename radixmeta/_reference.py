@@ -35,6 +35,7 @@ import numpy as np
 
 from radixmeta import _keys
 from radixmeta._keys import check_int
+from radixmeta._reference_meta import MetaCore, MetaMatch  # noqa: F401  (the backend's meta-tree)
 from radixmeta._types import EVICTION_POLICIES, CacheStats
 from radixmeta.errors import (
     CacheFullError,

@@ -18,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from radixmeta.errors import DuplicateWorkerError, InputTypeError, InvalidInputError, StaleWorkerError
+from radixmeta.errors import (
+    DuplicateWorkerError,
+    InputTypeError,
+    InvalidInputError,
+    StaleWorkerError,
+)
 
 __all__ = ["WorkerId", "WorkerTable", "resolve_in"]
 
@@ -126,7 +131,7 @@ class WorkerTable:
         table._generations = list(generations)
         table.capacities = list(capacities)
         table._by_name = {(w.name, w.dp_rank): w for w in table.slots if w is not None}
-        table._free = [i for i in range(len(generations)) if i >= len(table.slots) or table.slots[i] is None]
+        table._free = [i for i, w in enumerate(table.slots) if w is None]
         heapq.heapify(table._free)
         return table
 

@@ -65,7 +65,9 @@ class MetaTree(_MetaCore):
         )
 
 
-def _restore(cls: type[MetaTree], page_size: int, worker_state: Any, workers: list[Any]) -> MetaTree:
+def _restore(
+    cls: type[MetaTree], page_size: int, worker_state: Any, workers: list[Any]
+) -> MetaTree:
     """Rebuild a pickled MetaTree: same workers (indices, generations), marks, recency, hashes."""
     tree = cls(page_size)
     tree._adopt_table(worker_state)

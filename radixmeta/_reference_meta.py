@@ -1,0 +1,989 @@
+"""Plain-Python MetaCore: the oracle of the router's meta-tree, and its readable fallback.
+
+One radix tree over every worker's cache. Each node is a run of whole pages and
+records the set of worker indices that hold all of its pages. Everything is
+written the simple way (dicts, sets, full scans of the tree where that is
+simplest) so that it is obviously right; the native core
+(``csrc/include/radixmeta/meta_tree.hpp``) must produce the same results, node
+boundaries included, for the same calls. ``RADIXMETA_IMPLEMENTATION=python``
+makes :class:`radixmeta.MetaTree` run on this module.
+
+Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
+
+* **Cuts.** A node is cut at a page boundary only where two parts of it must
+  differ: an ``insert`` key diverging inside it when the insert adds a branch
+  there (``start < n``), one worker's mark changing on part of it (``start`` or
+  the key's end inside it, for a worker that gains or loses the mark), or an
+  approximate worker's recency changing on part of it (an ``insert`` whose key
+  ends or diverges inside a node that worker holds, a ``match(touch=True)``
+  ending inside a node that some approximate worker counts into, an eviction
+  that takes only the last pages of a node). The upper part is the new node and
+  copies the holders and their stamps; the lower part keeps the original node.
+* **Recency** is per page in effect: the cuts above keep every page a refresh
+  covers in nodes it covers whole, so a node's stamp is the stamp of each of
+  its pages, and the "tree-less" model (one stamp per page, evict the page with
+  the smallest ``(stamp, -depth)``) gives exactly the same results.
+* **Block pages** named by a hash are nodes of exactly one page, never cut.
+* A node with no holders and no children is freed at once (before the call
+  returns); nodes never merge.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from radixmeta import _blocks, _keys
+from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
+from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError
+
+__all__ = ["MetaCore", "MetaMatch"]
+
+Tokens = tuple[int, ...]
+_Item = tuple[npt.NDArray[np.uint32], tuple[WorkerId, ...]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _atomic(method: _F) -> _F:
+    """Run the method under the tree's re-entrant lock (see ``radixmeta._reference``)."""
+
+    @functools.wraps(method)
+    def locked(self: MetaCore, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
+def _require(condition: bool, what: str) -> None:
+    """An invariant check that, unlike ``assert``, survives ``python -O``."""
+    if not condition:
+        msg = f"radixmeta reference meta-tree invariant violated: {what}"
+        raise AssertionError(msg)
+
+
+def _check_touch(touch: Any) -> bool:
+    if not isinstance(touch, bool):
+        msg = f"touch must be a bool, got {type(touch).__name__}"
+        raise InputTypeError(msg)
+    return touch
+
+
+class _MetaNode:
+    """One node: a run of whole pages and the workers holding all of them."""
+
+    __slots__ = ("parent", "label", "children", "holders", "stamps", "hashes", "depth")
+
+    def __init__(self, parent: _MetaNode | None, label: Tokens, depth: int) -> None:
+        self.parent = parent
+        self.label = label
+        self.children: dict[Tokens, _MetaNode] = {}  # keyed by the child's first page
+        self.holders: set[int] = set()  # worker indices
+        self.stamps: dict[int, int] = {}  # approximate holders -> last access
+        self.hashes: dict[int, int] = {}  # worker index -> block hash naming this page
+        self.depth = depth  # tokens from the root to the END of this node
+
+
+class MetaMatch:
+    """Result of :meth:`MetaCore.match`: every worker's matched length of one key.
+
+    Attributes
+    ----------
+    lengths : numpy.ndarray
+        ``int64`` array indexed by worker index: each worker's matched tokens
+        (0 for free indices).
+    tree_length : int
+        How much of the key is in the tree at all.
+    """
+
+    __slots__ = ("lengths", "tree_length", "_slots")
+
+    def __init__(
+        self, lengths: npt.NDArray[np.int64], tree_length: int, slots: tuple[WorkerId | None, ...]
+    ) -> None:
+        self.lengths = lengths
+        self.tree_length = tree_length
+        self._slots = slots
+
+    def length_of(self, worker: WorkerId) -> int:
+        """Matched tokens of ``worker``, which must have been live when the match was made.
+
+        Parameters
+        ----------
+        worker : WorkerId
+            A worker of the tree that was live at the time of the match.
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        InputTypeError
+            ``worker`` is not a ``WorkerId``.
+        StaleWorkerError
+            ``worker`` was not live at the time of the match.
+        """
+        return int(self.lengths[resolve_in(self._slots, worker)])
+
+    def best(self) -> tuple[WorkerId, int] | None:
+        """The live worker with the greatest length (lowest index on ties) and that length.
+
+        Returns
+        -------
+        tuple of (WorkerId, int), or None
+            None when the tree had no live workers at the time of the match.
+        """
+        return best_of(self._slots, self.lengths)
+
+    def __repr__(self) -> str:
+        return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
+
+
+class MetaCore:
+    """Reference implementation of the router's meta-tree (see ``radixmeta.MetaTree``).
+
+    Parameters
+    ----------
+    page_size : int, default 1
+        Tokens per KV page; keys are cut down to whole pages.
+    """
+
+    def __init__(self, page_size: int = 1) -> None:
+        self._page_size = _keys.check_int("page_size", page_size, 1)
+        self._mutex = threading.RLock()
+        self._table = WorkerTable()
+        self._root = _MetaNode(None, (), 0)
+        self._clock = 0
+        self._nodes = 0
+        self._held: list[int] = []  # tokens held, per worker index
+        self._blocks: list[dict[int, _MetaNode]] = []  # block hash -> node, per worker index
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def page_size(self) -> int:
+        """Tokens per page."""
+        return self._page_size
+
+    @property
+    @_atomic
+    def node_count(self) -> int:
+        """Nodes in the tree, the root not counted."""
+        return self._nodes
+
+    @property
+    @_atomic
+    def n_workers(self) -> int:
+        """Length of every ``lengths`` array: the highest worker index ever used, plus one."""
+        return len(self._table.slots)
+
+    @property
+    @_atomic
+    def workers(self) -> tuple[WorkerId, ...]:
+        """The live workers, by index."""
+        return self._table.live
+
+    # -- workers --------------------------------------------------------------------------
+    @_atomic
+    def add_worker(self, name: str, dp_rank: int = 0, *, capacity: int | None = None) -> WorkerId:
+        """Register a worker and return its ``WorkerId``.
+
+        Parameters
+        ----------
+        name : str
+            The worker's name (an address, a pod name).
+        dp_rank : int, default 0
+            Its data-parallel rank; ``(name, dp_rank)`` must be new.
+        capacity : int, optional
+            Tokens the worker can hold. Given, the worker is *approximate*: the
+            tree evicts its least recently used pages, deepest first, whenever it
+            holds more. None (exact mode): the fleet reports every change.
+
+        Returns
+        -------
+        WorkerId
+            Its index is the lowest free one.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError
+            A bad name, rank or capacity.
+        DuplicateWorkerError
+            ``(name, dp_rank)`` is already registered.
+        """
+        worker = self._table.add(name, dp_rank, capacity)
+        while len(self._held) <= worker.index:
+            self._held.append(0)
+            self._blocks.append({})
+        self._held[worker.index] = 0
+        self._blocks[worker.index] = {}
+        return worker
+
+    @_atomic
+    def remove_worker(self, worker: WorkerId) -> int:
+        """Forget a worker: drop all its marks and free its index.
+
+        Parameters
+        ----------
+        worker : WorkerId
+
+        Returns
+        -------
+        int
+            Tokens it held.
+
+        Raises
+        ------
+        InputTypeError, StaleWorkerError
+            ``worker`` is not a live worker of this tree.
+        """
+        index = self._table.resolve(worker)
+        tokens = self._drop_all(index)
+        self._table.remove(worker)
+        return tokens
+
+    @_atomic
+    def worker(self, name: str, dp_rank: int = 0) -> WorkerId:
+        """The ``WorkerId`` registered as ``(name, dp_rank)``.
+
+        Raises
+        ------
+        StaleWorkerError
+            No such worker is registered.
+        """
+        return self._table.lookup(name, dp_rank)
+
+    @_atomic
+    def capacity_of(self, worker: WorkerId) -> int | None:
+        """The worker's capacity in tokens, or None for an exact worker."""
+        return self._table.capacities[self._table.resolve(worker)]
+
+    @_atomic
+    def held_tokens(self, worker: WorkerId) -> int:
+        """Tokens the worker holds."""
+        return self._held[self._table.resolve(worker)]
+
+    # -- token paths ------------------------------------------------------------------------
+    def _key_and_start(self, key: Any, start: Any) -> tuple[Tokens, int, int]:
+        toks = _keys.tokens(key)
+        p = self._page_size
+        n = len(toks) - len(toks) % p
+        s = _keys.check_int("start", start, 0)
+        if s % p:
+            msg = f"start must be a multiple of page_size ({p}), got {s}"
+            raise InvalidInputError(msg)
+        if s > n:
+            msg = f"start = {s} is beyond the key's {n} whole-page tokens"
+            raise InvalidInputError(msg)
+        return toks, n, s
+
+    def _common(self, label: Tokens, toks: Tokens, pos: int, n: int) -> int:
+        """Whole-page common prefix of ``label`` and ``toks[pos:n]``."""
+        m = 0
+        limit = min(len(label), n - pos)
+        while m < limit and label[m] == toks[pos + m]:
+            m += 1
+        return m - m % self._page_size
+
+    def _approximate(self, index: int) -> bool:
+        return self._table.capacities[index] is not None
+
+    @_atomic
+    def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+        """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
+
+        The pages before ``start`` enter the tree as structure if they are
+        missing, held by nobody new. An approximate worker's pages of the key
+        are refreshed, then it is trimmed to its capacity.
+
+        Parameters
+        ----------
+        key : sequence of int or 1-D integer array
+            Token ids; the tail shorter than a page is ignored.
+        worker : WorkerId
+        start : int, default 0
+            A multiple of ``page_size``, at most the key's whole-page length.
+
+        Returns
+        -------
+        int
+            Pages newly marked (counted before any eviction).
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError, StaleWorkerError
+            A bad worker, key or start; nothing changes.
+        """
+        index = self._table.resolve(worker)
+        toks, n, start = self._key_and_start(key, start)
+        self._clock += 1
+        approximate = self._approximate(index)
+        p = self._page_size
+        newly = 0
+        node, pos = self._root, 0
+        missing = False  # the key leaves the tree at a node boundary, at pos < n
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                missing = True
+                break
+            m = self._common(child.label, toks, pos, n)
+            holds = index in child.holders
+            if m < len(child.label) and pos + m < n and (start < n or (approximate and holds)):
+                # A new branch hangs here, or the worker's recency differs on the two parts.
+                child = self._cut(child, m)
+            end = pos + len(child.label)
+            if not holds:
+                lo, hi = max(start, pos), min(n, end)
+                if lo < hi:
+                    if lo > pos:
+                        self._cut(child, lo - pos)  # child keeps [lo, end)
+                    if hi < end:
+                        child = self._cut(child, hi - lo)  # the new upper node is [lo, hi)
+                    self._mark(child, index)
+                    newly += (hi - lo) // p
+            elif approximate and n < end:
+                child = self._cut(child, len(child.label) - (end - n))  # recency differs
+            if child.depth != pos + m:
+                break  # the key ends, or leaves the tree, inside this node
+            node, pos = child, child.depth
+        if missing and start < n:
+            if pos < start:
+                node = self._new_leaf(node, toks[pos:start])  # structure, held by nobody new
+                pos = start
+            leaf = self._new_leaf(node, toks[pos:n])
+            self._mark(leaf, index)
+            newly += (n - pos) // p
+        if approximate:
+            self._refresh_path(index, toks, n)
+            self._evict(index)
+        return newly
+
+    @_atomic
+    def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+        """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
+
+        Pages the worker does not hold are skipped, so repeating a remove is
+        harmless. Nodes left with no holders and no children are freed.
+
+        Parameters
+        ----------
+        key : sequence of int or 1-D integer array
+        worker : WorkerId
+        start : int, default 0
+            A multiple of ``page_size``, at most the key's whole-page length.
+
+        Returns
+        -------
+        int
+            Pages unmarked.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError, StaleWorkerError
+            A bad worker, key or start; nothing changes.
+        """
+        index = self._table.resolve(worker)
+        toks, n, start = self._key_and_start(key, start)
+        p = self._page_size
+        removed = 0
+        node, pos = self._root, 0
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                break
+            m = self._common(child.label, toks, pos, n)
+            end = pos + len(child.label)
+            through = m == len(child.label)
+            if index in child.holders:
+                lo, hi = max(start, pos), pos + m  # the key's pages inside this node
+                if lo < hi:
+                    if lo > pos:
+                        self._cut(child, lo - pos)
+                    if hi < end:
+                        child = self._cut(child, hi - lo)
+                    self._unmark(child, index)
+                    removed += (hi - lo) // p
+            if not through:
+                break
+            node, pos = child, end
+        self._free_unused()
+        return removed
+
+    @_atomic
+    def match(self, key: Any, *, touch: bool = False) -> MetaMatch:
+        """Every worker's matched length of ``key``, in one walk.
+
+        A worker's length is the longest prefix of the key whose every page,
+        from the first, it holds (the gap rule).
+
+        Parameters
+        ----------
+        key : sequence of int or 1-D integer array
+        touch : bool, default False
+            Refresh the counted pages of every approximate worker.
+
+        Returns
+        -------
+        MetaMatch
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError
+            A bad key or touch; nothing changes.
+        """
+        toks = _keys.tokens(key)
+        touch = _check_touch(touch)
+        return self._match(toks, touch)
+
+    @_atomic
+    def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
+        """Matched lengths of many keys, as ``match`` would give them one after the other.
+
+        Parameters
+        ----------
+        keys : sequence of keys, or 2-D integer array (one key per row)
+        touch : bool, default False
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int64``, shape ``(len(keys), n_workers)``.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError
+            A bad ``keys``, a bad key or touch; every key is checked before any
+            is matched, so nothing changes.
+        """
+        if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
+            rows: list[Any] = list(keys)
+        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+            msg = f"keys must be a sequence of keys, got {type(keys).__name__}"
+            raise InputTypeError(msg)
+        else:
+            rows = list(keys)
+        converted = [_keys.tokens(row) for row in rows]
+        touch = _check_touch(touch)
+        out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
+        for r, toks in enumerate(converted):
+            out[r] = self._match(toks, touch).lengths
+        return out
+
+    def _match(self, toks: Tokens, touch: bool) -> MetaMatch:
+        p = self._page_size
+        n = len(toks) - len(toks) % p
+        slots = self._table.slots
+        lengths = np.zeros(len(slots), dtype=np.int64)
+        counting = {i for i, w in enumerate(slots) if w is not None}
+        path: list[_MetaNode] = []
+        node, pos = self._root, 0
+        partial = False
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                break
+            m = self._common(child.label, toks, pos, n)
+            counting &= child.holders
+            for i in counting:
+                lengths[i] += m
+            path.append(child)
+            pos += m
+            if m < len(child.label):
+                partial = True
+                break
+            node = child
+        if touch:
+            self._clock += 1
+            approximate = [i for i, w in enumerate(slots) if w is not None and self._approximate(i)]
+            if partial and any(lengths[i] == pos for i in approximate):
+                # Some approximate worker counts into the last node up to the match's end:
+                # only that part of it takes the new stamp.
+                last = path[-1]
+                path[-1] = self._cut(last, len(last.label) - (last.depth - pos))
+            for i in approximate:
+                for x in path:
+                    if x.depth > lengths[i]:
+                        break
+                    x.stamps[i] = self._clock
+        return MetaMatch(lengths, pos, slots)
+
+    # -- engine block events ----------------------------------------------------------------
+    @_atomic
+    def apply_stored(
+        self,
+        worker: WorkerId,
+        parent_hash: int | None,
+        block_hashes: Any,
+        token_ids: Any,
+        *,
+        tier: int = 0,
+    ) -> int:
+        """Apply a KV ``BlockStored`` event: the worker now holds these blocks.
+
+        Parameters
+        ----------
+        worker : WorkerId
+        parent_hash : int or None
+            Hash of the block the first new block follows; None for the root.
+        block_hashes : sequence of int or 1-D integer array
+            One hash per block, in ``[-2**63, 2**64)`` (signed read as two's complement).
+        token_ids : sequence of int or 1-D integer array
+            Exactly ``len(block_hashes) * page_size`` tokens.
+        tier : int, default 0
+            Only the device tier (0) is modelled.
+
+        Returns
+        -------
+        int
+            Pages newly marked (0 for a repeated event).
+
+        Raises
+        ------
+        UnknownParentError, BlockConflictError, InvalidInputError, InputTypeError, StaleWorkerError
+            The event is refused whole; nothing changes.
+        """
+        index = self._table.resolve(worker)
+        _blocks.check_tier(tier)
+        parent = _blocks.parent_hash(parent_hash)
+        hashes = _blocks.block_hashes(block_hashes)
+        toks = _keys.tokens(token_ids)
+        p = self._page_size
+        if len(toks) != len(hashes) * p:
+            raise _blocks.bad_token_count(len(toks), len(hashes), p)
+        bmap = self._blocks[index]
+        if parent is not None and parent not in bmap:
+            raise _blocks.unknown_parent(worker, parent)
+        base_node = self._root if parent is None else bmap[parent]
+        base = self._path(base_node)
+        seen: set[int] = set()
+        for i, h in enumerate(hashes):
+            if h == parent:
+                raise _blocks.cycle(i, h)
+            if h in seen:
+                raise _blocks.repeated_hash(i, h)
+            seen.add(h)
+            if h in bmap and self._path(bmap[h]) != base + toks[: (i + 1) * p]:
+                raise _blocks.names_other_page(worker, i, h)
+        self._clock += 1
+        if not hashes:
+            return 0
+        newly = 0
+        node = base_node
+        for i, h in enumerate(hashes):
+            page = toks[i * p : (i + 1) * p]
+            child = node.children.get(page)
+            if child is None:
+                child = self._new_leaf(node, page)
+            elif len(child.label) > p:
+                child = self._cut(child, p)
+            if index not in child.holders:
+                self._mark(child, index)
+                newly += 1
+            self._bind(child, index, h)
+            node = child
+        if self._approximate(index):
+            walk: _MetaNode | None = node
+            while walk is not None and walk is not self._root:
+                if index in walk.holders:
+                    walk.stamps[index] = self._clock
+                walk = walk.parent
+            self._evict(index)
+        return newly
+
+    @_atomic
+    def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
+        """Apply a KV ``BlockRemoved`` event; hashes the worker does not hold are skipped.
+
+        Parameters
+        ----------
+        worker : WorkerId
+        block_hashes : sequence of int or 1-D integer array
+        tier : int, default 0
+
+        Returns
+        -------
+        int
+            Pages unmarked.
+
+        Raises
+        ------
+        InvalidInputError, InputTypeError, StaleWorkerError
+            A bad worker, tier or hash; nothing changes.
+        """
+        index = self._table.resolve(worker)
+        _blocks.check_tier(tier)
+        hashes = _blocks.block_hashes(block_hashes)
+        bmap = self._blocks[index]
+        removed = 0
+        for h in hashes:
+            node = bmap.get(h)
+            if node is not None:
+                self._unmark(node, index)
+                removed += 1
+        self._free_unused()
+        return removed
+
+    @_atomic
+    def apply_cleared(self, worker: WorkerId) -> int:
+        """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing any more.
+
+        Returns
+        -------
+        int
+            Tokens unmarked (token-path marks included).
+        """
+        return self._drop_all(self._table.resolve(worker))
+
+    @_atomic
+    def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
+        """Apply event records in order, each atomically; a failing record stops nothing.
+
+        Parameters
+        ----------
+        records : iterable of tuples
+            ``("stored", worker, parent_hash, block_hashes, token_ids)``,
+            ``("removed", worker, block_hashes)`` or ``("cleared", worker)``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int8`` :class:`~radixmeta.BlockStatus` per record.
+
+        Raises
+        ------
+        InputTypeError
+            ``records`` is not iterable.
+        """
+        if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+            msg = f"records must be a sequence of event records, got {type(records).__name__}"
+            raise InputTypeError(msg)
+        statuses: list[int] = []
+        for record in records:
+            try:
+                self._apply_record(record)
+            except RadixMetaError as exc:
+                statuses.append(int(_blocks.record_status(exc)))
+            else:
+                statuses.append(int(_blocks.BlockStatus.APPLIED))
+        return np.array(statuses, dtype=np.int8)
+
+    def _apply_record(self, record: Any) -> None:
+        if isinstance(record, (tuple, list)) and record:
+            kind = record[0]
+            if isinstance(kind, str):
+                if kind == "stored" and len(record) == 5:
+                    self.apply_stored(record[1], record[2], record[3], record[4])
+                    return
+                if kind == "removed" and len(record) == 3:
+                    self.apply_removed(record[1], record[2])
+                    return
+                if kind == "cleared" and len(record) == 2:
+                    self.apply_cleared(record[1])
+                    return
+        msg = f"not an event record: {record!r}"
+        raise InvalidInputError(msg)
+
+    # -- whole tree -----------------------------------------------------------------------------
+    @_atomic
+    def items(self, worker: WorkerId | None = None) -> list[_Item]:
+        """One ``(key, holders)`` per node, depth first, children in lexicographic order.
+
+        Parameters
+        ----------
+        worker : WorkerId, optional
+            Only the nodes this worker holds.
+
+        Returns
+        -------
+        list of (numpy.ndarray, tuple of WorkerId)
+            The ``uint32`` path from the root to the node's end, and the workers
+            holding the node by ascending index.
+        """
+        index = None if worker is None else self._table.resolve(worker)
+        slots = self._table.slots
+        out: list[_Item] = []
+        for node, path in self._in_order():
+            if index is None or index in node.holders:
+                holders = tuple(w for i in sorted(node.holders) if (w := slots[i]) is not None)
+                out.append((np.array(path, dtype=np.uint32), holders))
+        return out
+
+    @_atomic
+    def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
+        """Records ``(key, start)``: ``insert(key, w, start=start)`` of each rebuilds its pages.
+
+        One record per node the worker holds: in ``items()`` order for an exact
+        worker, least recent first (its eviction order) for an approximate one,
+        so that replaying them in order restores its recency order too.
+        """
+        index = self._table.resolve(worker)
+        held = [(node, path) for node, path in self._in_order() if index in node.holders]
+        if self._approximate(index):
+            held.sort(key=lambda entry: (entry[0].stamps[index], -entry[0].depth))
+        return [
+            (np.array(path, dtype=np.uint32), node.depth - len(node.label)) for node, path in held
+        ]
+
+    @_atomic
+    def memory_usage(self) -> int:
+        """Estimated bytes held by the Python objects of the tree (rough)."""
+        total = sys.getsizeof(self) + sys.getsizeof(self._held) + sys.getsizeof(self._blocks)
+        total += sum(sys.getsizeof(bmap) for bmap in self._blocks)
+        for node in self._all_nodes():
+            total += sys.getsizeof(node) + sys.getsizeof(node.label) + sys.getsizeof(node.children)
+            total += sys.getsizeof(node.holders) + sys.getsizeof(node.stamps)
+            total += sys.getsizeof(node.hashes)
+        return total
+
+    @_atomic
+    def check(self) -> None:
+        """Verify every invariant in O(n + marks); raises AssertionError on a violation."""
+        p = self._page_size
+        slots = self._table.slots
+        root = self._root
+        _require(root.parent is None and not root.label and not root.depth, "the root is malformed")
+        _require(not root.holders and not root.stamps and not root.hashes, "the root is held")
+        held = [0] * len(self._held)
+        stamp_keys: list[set[tuple[int, int]]] = [set() for _ in self._held]
+        reachable: set[int] = set()
+        nodes = 0
+        for node in self._all_nodes():
+            if node is root:
+                continue
+            nodes += 1
+            reachable.add(id(node))
+            parent = node.parent
+            _require(parent is not None, "a node has no parent")
+            assert parent is not None
+            label = node.label
+            _require(len(label) > 0 and len(label) % p == 0, "a label is not whole pages")
+            _require(all(0 <= t < _keys.TOKEN_LIMIT for t in label), "a token is out of range")
+            _require(parent.children.get(label[:p]) is node, "a child is filed under the wrong key")
+            _require(node.depth == parent.depth + len(label), "a depth is wrong")
+            _require(bool(node.holders or node.children), "a node has no holders and no children")
+            for i in node.holders:
+                _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
+                held[i] += len(label)
+                if self._approximate(i):
+                    _require(i in node.stamps, "an approximate holder has no stamp")
+                    stamp_keys[i].add((node.stamps[i], node.depth))
+            _require(set(node.stamps) <= node.holders, "a stamp of a worker that does not hold it")
+            _require(
+                all(self._approximate(i) for i in node.stamps), "an exact worker has a stamp"
+            )
+            for i, h in node.hashes.items():
+                _require(i in node.holders, "a hash of a worker that does not hold the page")
+                _require(len(label) == p, "a hashed page is not a one-page node")
+                _require(self._blocks[i].get(h) is node, "a node's hash does not map back to it")
+        _require(nodes == self._nodes, "node_count is wrong")
+        for i, tokens in enumerate(held):
+            _require(self._held[i] == tokens, "a worker's held tokens are wrong")
+            live = i < len(slots) and slots[i] is not None
+            _require(live or (tokens == 0 and not self._blocks[i]), "a dead worker holds pages")
+            for h, node in self._blocks[i].items():
+                _require(id(node) in reachable, "a block hash names a freed node")
+                _require(node.hashes.get(i) == h, "a block hash names a node not bound to it")
+            if live and self._approximate(i):
+                capacity = self._table.capacities[i]
+                assert capacity is not None
+                _require(tokens <= capacity, "an approximate worker exceeds its capacity")
+                count = sum(1 for node in self._all_nodes() if i in node.holders)
+                _require(len(stamp_keys[i]) == count, "two nodes of a worker tie in recency")
+
+    # -- pickle support ---------------------------------------------------------------------------
+    @_atomic
+    def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
+        """(hash, path to the page end) for every block hash of the worker, by hash."""
+        bmap = self._blocks[self._table.resolve(worker)]
+        return [(h, np.array(self._path(bmap[h]), dtype=np.uint32)) for h in sorted(bmap)]
+
+    @_atomic
+    def _bind_hash(self, worker: WorkerId, key: Any, block_hash: Any) -> None:
+        """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
+        index = self._table.resolve(worker)
+        h = _blocks.block_hash(block_hash, "block_hash")
+        toks = _keys.tokens(key)
+        p = self._page_size
+        node = self._find_page(toks) if toks and len(toks) % p == 0 else None
+        if node is None or index not in node.holders:
+            msg = "the worker holds no page ending at the end of key"
+            raise InvalidInputError(msg)
+        length = len(toks)
+        if node.depth > length:
+            node = self._cut(node, len(node.label) - (node.depth - length))
+        if len(node.label) > p:
+            self._cut(node, len(node.label) - p)  # node keeps its last page
+        old = self._blocks[index].get(h)
+        if old is not None and old is not node:
+            del old.hashes[index]
+            del self._blocks[index][h]
+        self._bind(node, index, h)
+
+    @_atomic
+    def _worker_state(self) -> tuple[Any, ...]:
+        """The worker registry's state, for pickling."""
+        return self._table.state()
+
+    @_atomic
+    def _adopt_table(self, state: tuple[Any, ...]) -> None:
+        """Take over a pickled worker registry (the tree must have no workers yet)."""
+        if self._table.slots:
+            msg = "_adopt_table needs a tree without workers"
+            raise RuntimeError(msg)
+        table = WorkerTable.from_state(state)
+        self._table = table
+        self._held = [0] * len(table.capacities)
+        self._blocks = [{} for _ in table.capacities]
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _all_nodes(self) -> Iterator[_MetaNode]:
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def _in_order(self) -> list[tuple[_MetaNode, Tokens]]:
+        """(node, path to its end) for every node but the root, depth first, children sorted."""
+        out: list[tuple[_MetaNode, Tokens]] = []
+        stack: list[tuple[_MetaNode, Tokens]] = [
+            (child, child.label) for _, child in sorted(self._root.children.items(), reverse=True)
+        ]
+        while stack:
+            node, path = stack.pop()
+            out.append((node, path))
+            for _, child in sorted(node.children.items(), reverse=True):
+                stack.append((child, path + child.label))
+        return out
+
+    def _path(self, node: _MetaNode) -> Tokens:
+        parts: list[Tokens] = []
+        walk: _MetaNode | None = node
+        while walk is not None:
+            parts.append(walk.label)
+            walk = walk.parent
+        return tuple(t for part in reversed(parts) for t in part)
+
+    def _find_page(self, toks: Tokens) -> _MetaNode | None:
+        """The node containing the page that ends at ``len(toks)``, if that page is in the tree."""
+        p = self._page_size
+        node, pos = self._root, 0
+        n = len(toks)
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                return None
+            m = self._common(child.label, toks, pos, n)
+            if pos + m < min(n, child.depth):
+                return None  # the key leaves the tree inside this node
+            if child.depth >= n:
+                return child
+            node, pos = child, child.depth
+        return None
+
+    def _cut(self, node: _MetaNode, m: int) -> _MetaNode:
+        """Cut ``node`` after ``m`` tokens; return the new upper node (the lower keeps ``node``)."""
+        parent = node.parent
+        p = self._page_size
+        assert parent is not None and 0 < m < len(node.label) and m % p == 0
+        assert not node.hashes, "a one-page block node is never cut"
+        upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m)
+        upper.holders = set(node.holders)
+        upper.stamps = dict(node.stamps)
+        parent.children[node.label[:p]] = upper
+        node.label = node.label[m:]
+        node.parent = upper
+        upper.children[node.label[:p]] = node
+        self._nodes += 1
+        return upper
+
+    def _new_leaf(self, parent: _MetaNode, label: Tokens) -> _MetaNode:
+        leaf = _MetaNode(parent, label, parent.depth + len(label))
+        parent.children[label[: self._page_size]] = leaf
+        self._nodes += 1
+        return leaf
+
+    def _mark(self, node: _MetaNode, index: int) -> None:
+        node.holders.add(index)
+        if self._approximate(index):
+            node.stamps[index] = self._clock
+        self._held[index] += len(node.label)
+
+    def _unmark(self, node: _MetaNode, index: int) -> None:
+        node.holders.discard(index)
+        node.stamps.pop(index, None)
+        h = node.hashes.pop(index, None)
+        if h is not None:
+            del self._blocks[index][h]
+        self._held[index] -= len(node.label)
+
+    def _bind(self, node: _MetaNode, index: int, h: int) -> None:
+        """Name one-page ``node`` of worker ``index`` by ``h`` (dropping its previous hash)."""
+        old = node.hashes.get(index)
+        if old == h:
+            return
+        if old is not None:
+            del self._blocks[index][old]
+        node.hashes[index] = h
+        self._blocks[index][h] = node
+
+    def _refresh_path(self, index: int, toks: Tokens, n: int) -> None:
+        """Every node on ``toks[:n]``'s path that worker ``index`` holds takes the clock."""
+        p = self._page_size
+        node, pos = self._root, 0
+        while pos < n:
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                return
+            m = self._common(child.label, toks, pos, n)
+            if index in child.holders:
+                _require(pos + m == child.depth, "a refresh covers part of a node")
+                child.stamps[index] = self._clock
+            if m < len(child.label):
+                return
+            node, pos = child, child.depth
+
+    def _evict(self, index: int) -> None:
+        """Trim approximate worker ``index`` to its capacity, least recent and deepest first."""
+        capacity = self._table.capacities[index]
+        if capacity is None:
+            return
+        p = self._page_size
+        while self._held[index] > capacity:
+            victim = min(
+                (node for node in self._all_nodes() if index in node.holders),
+                key=lambda node: (node.stamps[index], -node.depth),
+            )
+            excess = -(-(self._held[index] - capacity) // p)
+            pages = len(victim.label) // p
+            if pages > excess:
+                self._cut(victim, (pages - excess) * p)  # victim keeps its last `excess` pages
+            self._unmark(victim, index)
+        self._free_unused()
+
+    def _drop_all(self, index: int) -> int:
+        tokens = self._held[index]
+        for node in list(self._all_nodes()):
+            if index in node.holders:
+                self._unmark(node, index)
+        _require(self._held[index] == 0 and not self._blocks[index], "a worker kept marks")
+        self._free_unused()
+        return tokens
+
+    def _free_unused(self) -> None:
+        """Free every node with no holders and no children, children before parents."""
+        p = self._page_size
+        for node in reversed(list(self._all_nodes())):
+            if node is not self._root and not node.holders and not node.children:
+                parent = node.parent
+                assert parent is not None
+                del parent.children[node.label[:p]]
+                node.parent = None
+                self._nodes -= 1
