@@ -142,7 +142,15 @@ class MetaTree {
         break;
       }
       const uint64_t m = matched(c, key + pos, n - pos);
-      if (m < nodes_[c].length && pos + m < n) c = split(c, static_cast<uint32_t>(m));
+      if (m < nodes_[c].length && pos + m < n) {
+        if (start >= n) {
+          // Nothing will hang from a cut, so only recency may need one: the
+          // key's pages of a node the approximate worker holds get refreshed.
+          if (wk.approximate() && holds(w, c)) split(c, static_cast<uint32_t>(m));
+          break;
+        }
+        c = split(c, static_cast<uint32_t>(m));
+      }
       const uint64_t end = pos + nodes_[c].length;
       if (!holds(w, c)) {
         const uint64_t lo = std::max(start, pos), hi = std::min(n, end);
@@ -298,7 +306,7 @@ class MetaTree {
       bind(w, c, hashes[i]);
       node = c;
     }
-    if (wk.approximate()) {
+    if (wk.approximate() && n_blocks != 0) {  // an empty event refreshes nothing
       for (uint32_t x = node; x != root_; x = nodes_[x].parent)
         if (holds(w, x)) stamp(w, x);
       evict(w);
