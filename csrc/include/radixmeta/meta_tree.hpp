@@ -11,11 +11,17 @@
 //    no holders and no children is freed at once.
 //  * A page named by a block hash is a node of exactly one page, so it is
 //    never cut again and the hash -> node maps never need fixing.
-//  * Per worker: `held` maps every node it holds to its mark (recency stamp,
-//    and the block hash naming it, if any); `blocks` maps hashes to nodes.
-//    A worker with a capacity ("approximate") also keeps a lazy min-heap of
-//    (stamp, -depth) over its nodes and is trimmed to its capacity after each
-//    insert or stored event, least recent and deepest first.
+//  * Block hashes are per worker in meaning, but stored once where workers
+//    agree (the common case: engines hash pages deterministically): a node
+//    keeps one shared hash, the set of workers that name it by that hash, and
+//    a tree-wide map shared hash -> node. A worker that names a page by some
+//    other hash keeps that pair in its own small maps. So a (worker, page)
+//    pair costs bits, not hash-table entries.
+//  * Per worker: the nodes it ever marked (a lazy list, compacted when stale
+//    entries dominate) for clearing it in O(held). A worker with a capacity
+//    ("approximate") also keeps a stamp per held node and a lazy min-heap of
+//    (stamp, -depth), and is trimmed to its capacity after each insert or
+//    stored event, least recent and deepest first.
 //  * A match walks once, ANDing each node's holder bits into the set of
 //    workers still matching, and records for each worker the depth at which
 //    it dropped out: O(nodes on the path x active words) plus O(workers).
@@ -47,6 +53,8 @@ struct MetaNode {
   uint32_t chunk = 0;
   Children children;
   LocationSet holders;  // worker indices
+  LocationSet named;    // holders that name this (one-page) node by `hash`
+  uint64_t hash = 0;    // the shared block hash; meaningful while `named` is not empty
   bool alive = false;
 };
 
@@ -91,14 +99,11 @@ class MetaTree {
   uint64_t clear_worker(uint32_t w) {
     Worker& wk = workers_[w];
     const uint64_t tokens = wk.held_tokens;
-    std::vector<uint32_t> nodes;
-    nodes.reserve(wk.held.size());
-    wk.held.for_each([&](uint32_t x, const Mark&) { nodes.push_back(x); });
-    for (uint32_t x : nodes) nodes_[x].holders.reset(w);
-    wk.held.clear();
-    wk.blocks.clear();
+    std::vector<uint32_t> nodes = held_nodes(w);
+    for (uint32_t x : nodes) unmark(w, x);
+    wk.marked.clear();
+    wk.stamps.clear();
     wk.lru.clear();
-    wk.held_tokens = 0;
     for (uint32_t x : nodes) prune(x);
     maybe_compact();
     return tokens;
@@ -250,12 +255,10 @@ class MetaTree {
   // and their pages (tokens holds n_blocks pages). Changes nothing.
   StoredCheck check_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
                            uint32_t n_blocks, const Token* tokens) {
-    const Worker& wk = workers_[w];
     uint32_t node = root_;
     if (has_parent) {
-      const uint32_t* p = wk.blocks.find(parent);
-      if (p == nullptr) return {StoredCheck::kUnknownParent, 0};
-      node = *p;
+      node = named_node(w, parent);
+      if (node == kNoNode) return {StoredCheck::kUnknownParent, 0};
     }
     mark_repeats(hashes, n_blocks);
     // Dry walk: (node, page) is where block i lies; node == kNoNode once the
@@ -277,8 +280,8 @@ class MetaTree {
       const uint64_t h = hashes[i];
       if (has_parent && h == parent) return {StoredCheck::kCycle, i};
       if (repeat_[i]) return {StoredCheck::kRepeated, i};
-      const uint32_t* bound = wk.blocks.find(h);
-      if (bound != nullptr && !(in == *bound && page == 0 && nodes_[in].length == page_size_))
+      const uint32_t bound = named_node(w, h);
+      if (bound != kNoNode && !(in == bound && page == 0 && nodes_[in].length == page_size_))
         return {StoredCheck::kOtherPage, i};
     }
     return {};
@@ -289,7 +292,7 @@ class MetaTree {
                         uint32_t n_blocks, const Token* tokens) {
     ++clock_;
     Worker& wk = workers_[w];
-    uint32_t node = has_parent ? *wk.blocks.find(parent) : root_;
+    uint32_t node = has_parent ? named_node(w, parent) : root_;
     uint64_t newly = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const Token* tok = tokens + size_t{i} * page_size_;
@@ -316,12 +319,10 @@ class MetaTree {
 
   // Unmarks the blocks of w named by hashes (unknown ones are skipped).
   uint64_t apply_removed(uint32_t w, const uint64_t* hashes, uint32_t n_blocks) {
-    Worker& wk = workers_[w];
     uint64_t removed = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
-      const uint32_t* x = wk.blocks.find(hashes[i]);
-      if (x == nullptr) continue;
-      const uint32_t node = *x;
+      const uint32_t node = named_node(w, hashes[i]);
+      if (node == kNoNode) continue;
       unmark(w, node);
       prune(node);
       ++removed;
@@ -352,8 +353,8 @@ class MetaTree {
       if (n < end) target = split(c, static_cast<uint32_t>(n - pos));
       if (nodes_[target].length > page_size_)
         split(target, nodes_[target].length - page_size_);  // target keeps the last page
-      const uint32_t* old = workers_[w].blocks.find(hash);
-      if (old != nullptr && *old != target) unbind(w, *old);
+      const uint32_t old = named_node(w, hash);
+      if (old != kNoNode && old != target) unbind(w, old);
       bind(w, target, hash);
       return true;
     }
@@ -394,8 +395,8 @@ class MetaTree {
       return out;
     }
     std::vector<LruEntry> entries;
-    wk.held.for_each([&](uint32_t x, const Mark& mk) {
-      entries.push_back({mk.stamp & ~kBound, nodes_[x].depth, x});
+    wk.stamps.for_each([&](uint32_t x, uint64_t stamp) {
+      entries.push_back({stamp, nodes_[x].depth, x});
     });
     std::sort(entries.begin(), entries.end(), [](const LruEntry& a, const LruEntry& b) {
       return LruLater()(b, a);
@@ -407,7 +408,9 @@ class MetaTree {
   // (hash, node) of every block w names, ascending by hash.
   std::vector<std::pair<uint64_t, uint32_t>> block_entries(uint32_t w) const {
     std::vector<std::pair<uint64_t, uint32_t>> out;
-    workers_[w].blocks.for_each([&](uint64_t h, uint32_t x) { out.emplace_back(h, x); });
+    for (uint32_t x : held_nodes(w))
+      if (nodes_[x].named.test(w)) out.emplace_back(nodes_[x].hash, x);
+    workers_[w].own_blocks.for_each([&](uint64_t h, uint32_t x) { out.emplace_back(h, x); });
     std::sort(out.begin(), out.end());
     return out;
   }
@@ -424,11 +427,15 @@ class MetaTree {
   size_t memory_usage() const {
     size_t total = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes();
     for (uint32_t x : nodes_in_order()) {
-      total += nodes_[x].children.heap_bytes() + nodes_[x].holders.heap_bytes();
+      const MetaNode& n = nodes_[x];
+      total += n.children.heap_bytes() + n.holders.heap_bytes() + n.named.heap_bytes();
     }
-    total += nodes_[root_].children.heap_bytes();
-    for (const Worker& wk : workers_)
-      total += wk.held.memory_bytes() + wk.blocks.memory_bytes() + wk.lru.capacity() * sizeof(LruEntry);
+    total += nodes_[root_].children.heap_bytes() + shared_.memory_bytes();
+    for (const Worker& wk : workers_) {
+      total += wk.marked.capacity() * sizeof(uint32_t) + wk.stamps.memory_bytes() +
+               wk.own_blocks.memory_bytes() + wk.own_hash_of.memory_bytes() +
+               wk.lru.capacity() * sizeof(LruEntry);
+    }
     total += workers_.capacity() * sizeof(Worker) + live_mask_.capacity() * 8;
     return total;
   }
@@ -436,8 +443,9 @@ class MetaTree {
   // Verifies every invariant in O(nodes + marks); throws std::logic_error.
   void check_invariants() const {
     std::vector<uint64_t> held(workers_.size(), 0);
-    std::vector<size_t> held_nodes(workers_.size(), 0);
+    std::vector<uint64_t> held_count(workers_.size(), 0);
     uint32_t count = 0;
+    size_t shared = 0;
     std::vector<uint32_t> stack{root_};
     require(nodes_[root_].length == 0 && !nodes_[root_].holders.any(), "the root is malformed");
     while (!stack.empty()) {
@@ -456,41 +464,44 @@ class MetaTree {
       ++count;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
       require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
+      if (n.named.any()) {
+        ++shared;
+        require(n.length == page_size_, "a hashed page is not a one-page node");
+        const uint32_t* back = shared_.find(n.hash);
+        require(back != nullptr && *back == x, "a node's shared hash does not map back to it");
+      }
+      n.named.for_each([&](uint32_t w) { require(n.holders.test(w), "a non-holder names a node"); });
       n.holders.for_each([&](uint32_t w) {
         require(w < workers_.size() && workers_[w].live, "a node is held by a dead worker");
-        const Mark* mk = workers_[w].held.find(x);
-        require(mk != nullptr, "a holder does not list the node");
-        if ((mk->stamp & kBound) != 0) {
-          require(n.length == page_size_, "a hashed page is not a one-page node");
-          const uint32_t* back = workers_[w].blocks.find(mk->hash);
-          require(back != nullptr && *back == x, "a node's hash does not map back to it");
-        }
+        const Worker& wk = workers_[w];
+        require(!wk.approximate() || wk.stamps.contains(x), "an approximate holder has no stamp");
         held[w] += n.length;
-        ++held_nodes[w];
+        ++held_count[w];
       });
     }
     require(count == node_count_, "node_count is wrong");
+    require(shared == shared_.size(), "the shared hash map names nodes nobody names");
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       const Worker& wk = workers_[w];
       require(wk.held_tokens == held[w], "a worker's held tokens are wrong");
-      require(wk.held.size() == held_nodes[w], "a worker lists nodes it does not hold");
+      require(wk.held_count == held_count[w], "a worker's held node count is wrong");
       require(wk.held_tokens <= wk.capacity, "an approximate worker exceeds its capacity");
-      require(wk.live || wk.held.empty(), "a dead worker holds nodes");
-      wk.blocks.for_each([&](uint64_t h, uint32_t x) {
-        const Mark* mk = wk.held.find(x);
-        require(mk != nullptr && (mk->stamp & kBound) != 0 && mk->hash == h,
-                "a block hash names a node the worker does not hold under it");
+      require(!wk.approximate() || wk.stamps.size() == held_count[w], "stale stamps");
+      for (uint32_t x : held_nodes(w)) require(holds(w, x), "held_nodes lists a node not held");
+      require(held_nodes(w).size() == held_count[w], "a held node is missing from the list");
+      require(wk.own_blocks.size() == wk.own_hash_of.size(), "a worker's own hash maps differ");
+      wk.own_blocks.for_each([&](uint64_t h, uint32_t x) {
+        const uint64_t* back = wk.own_hash_of.find(x);
+        require(back != nullptr && *back == h, "a worker's own hash maps are not inverse");
+        require(holds(w, x) && nodes_[x].length == page_size_ && !nodes_[x].named.test(w),
+                "a worker's own hash names a node it does not hold as one page");
+        const uint32_t* other = shared_.find(h);
+        require(other == nullptr || !nodes_[*other].named.test(w), "a hash names two nodes");
       });
     }
   }
 
  private:
-  static constexpr uint64_t kBound = uint64_t{1} << 63;  // in Mark::stamp: `hash` names the node
-
-  struct Mark {
-    uint64_t stamp = 0;  // last access (approximate workers), plus kBound
-    uint64_t hash = 0;
-  };
   struct LruEntry {
     uint64_t stamp;
     uint32_t depth;
@@ -508,9 +519,12 @@ class MetaTree {
     bool live = false;
     uint64_t capacity = kNoCapacity;
     uint64_t held_tokens = 0;
-    FlatMap<uint32_t, Mark> held;        // node -> mark, for every node held
-    FlatMap<uint64_t, uint32_t> blocks;  // block hash -> one-page node
-    std::vector<LruEntry> lru;           // approximate only; stale entries skipped
+    uint64_t held_count = 0;                // nodes held
+    std::vector<uint32_t> marked;           // nodes marked since the last compaction (lazy)
+    FlatMap<uint32_t, uint64_t> stamps;     // approximate only: held node -> last access
+    std::vector<LruEntry> lru;              // approximate only; stale entries skipped
+    FlatMap<uint64_t, uint32_t> own_blocks;  // hashes naming a page other than by its shared hash
+    FlatMap<uint32_t, uint64_t> own_hash_of;  // the inverse of own_blocks
     bool approximate() const { return capacity != kNoCapacity; }
   };
 
@@ -588,21 +602,18 @@ class MetaTree {
 
   void stamp(uint32_t w, uint32_t x) {
     Worker& wk = workers_[w];
-    Mark* mk = wk.held.find(x);
-    mk->stamp = (mk->stamp & kBound) | clock_;
+    *wk.stamps.find(x) = clock_;
     push_lru(wk, x, clock_);
   }
 
   void push_lru(Worker& wk, uint32_t x, uint64_t stamp) {
     wk.lru.push_back({stamp, nodes_[x].depth, x});
     std::push_heap(wk.lru.begin(), wk.lru.end(), LruLater());
-    if (wk.lru.size() > 2 * wk.held.size() + 64) {
+    if (wk.lru.size() > 2 * wk.stamps.size() + 64) {
       // Stale entries (re-stamped or unmarked nodes) are skipped when they
       // surface; rebuilding once they outnumber live ones keeps the heap O(held).
       wk.lru.clear();
-      wk.held.for_each([&](uint32_t y, const Mark& mk) {
-        wk.lru.push_back({mk.stamp & ~kBound, nodes_[y].depth, y});
-      });
+      wk.stamps.for_each([&](uint32_t y, uint64_t s) { wk.lru.push_back({s, nodes_[y].depth, y}); });
       std::make_heap(wk.lru.begin(), wk.lru.end(), LruLater());
     }
   }
@@ -616,12 +627,12 @@ class MetaTree {
       const LruEntry e = wk.lru.front();
       std::pop_heap(wk.lru.begin(), wk.lru.end(), LruLater());
       wk.lru.pop_back();
-      const Mark* mk = wk.held.find(e.node);
-      if (mk == nullptr || (mk->stamp & ~kBound) != e.stamp || nodes_[e.node].depth != e.depth)
+      const uint64_t* stamp = wk.stamps.find(e.node);
+      if (stamp == nullptr || *stamp != e.stamp || nodes_[e.node].depth != e.depth)
         continue;  // stale entry
       const uint64_t excess = wk.held_tokens - wk.capacity;
       const uint64_t pages = (excess + page_size_ - 1) / page_size_;
-      uint32_t x = e.node;
+      const uint32_t x = e.node;
       const uint64_t have = nodes_[x].length / page_size_;
       if (have > pages) split(x, static_cast<uint32_t>((have - pages) * page_size_));
       unmark(w, x);
@@ -631,44 +642,84 @@ class MetaTree {
     if (freed) maybe_compact();
   }
 
+  // The nodes w holds, each once (the lazy list cleaned on the way).
+  std::vector<uint32_t> held_nodes(uint32_t w) const {
+    const Worker& wk = workers_[w];
+    std::vector<uint32_t> out;
+    out.reserve(wk.marked.size());
+    for (uint32_t x : wk.marked)
+      if (nodes_[x].alive && holds(w, x)) out.push_back(x);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
   void mark(uint32_t w, uint32_t x) {
     Worker& wk = workers_[w];
     nodes_[x].holders.set(w);
-    const uint64_t stamp = wk.approximate() ? clock_ : 0;
-    wk.held.put(x, Mark{stamp, 0});
     wk.held_tokens += nodes_[x].length;
-    if (wk.approximate()) push_lru(wk, x, stamp);
+    ++wk.held_count;
+    wk.marked.push_back(x);
+    if (wk.marked.size() > 2 * wk.held_count + 64) wk.marked = held_nodes(w);
+    if (wk.approximate()) {
+      wk.stamps.put(x, clock_);
+      push_lru(wk, x, clock_);
+    }
   }
 
   void unmark(uint32_t w, uint32_t x) {
     Worker& wk = workers_[w];
-    const Mark* mk = wk.held.find(x);
-    if ((mk->stamp & kBound) != 0) wk.blocks.erase(mk->hash);
-    wk.held.erase(x);
+    unbind(w, x);
     nodes_[x].holders.reset(w);
     wk.held_tokens -= nodes_[x].length;
+    --wk.held_count;
+    if (wk.approximate()) wk.stamps.erase(x);
   }
 
-  // Names one-page node x of w by hash (dropping the hash it had before).
+  // The one-page node that w names by hash, or kNoNode.
+  uint32_t named_node(uint32_t w, uint64_t hash) const {
+    const uint32_t* x = shared_.find(hash);
+    if (x != nullptr && nodes_[*x].named.test(w)) return *x;
+    const uint32_t* own = workers_[w].own_blocks.find(hash);
+    return own == nullptr ? kNoNode : *own;
+  }
+
+  // Names one-page node x of w by hash (dropping the name it had before).
+  // Uses the node's shared hash when that is free or equal, else a name of
+  // w's own. The caller made sure w names no other node by this hash.
   void bind(uint32_t w, uint32_t x, uint64_t hash) {
+    MetaNode& n = nodes_[x];
     Worker& wk = workers_[w];
-    Mark* mk = wk.held.find(x);
-    if ((mk->stamp & kBound) != 0) {
-      if (mk->hash == hash) return;
-      const uint64_t old = mk->hash;
-      mk->hash = hash;
-      wk.blocks.erase(old);
+    if (n.named.test(w) && n.hash == hash) return;
+    const uint64_t* own = wk.own_hash_of.empty() ? nullptr : wk.own_hash_of.find(x);
+    if (own != nullptr && *own == hash) return;
+    unbind(w, x);
+    if (!n.named.any() && !shared_.contains(hash)) {
+      n.hash = hash;
+      shared_.put(hash, x);
     }
-    mk->stamp |= kBound;
-    mk->hash = hash;
-    wk.blocks.put(hash, x);
+    if (n.named.any() ? n.hash == hash : shared_.find(hash) != nullptr && *shared_.find(hash) == x) {
+      n.named.set(w);
+      return;
+    }
+    wk.own_blocks.put(hash, x);
+    wk.own_hash_of.put(x, hash);
   }
 
+  // Drops w's block hash for node x, if it has one.
   void unbind(uint32_t w, uint32_t x) {
+    MetaNode& n = nodes_[x];
+    if (n.named.test(w)) {
+      n.named.reset(w);
+      if (!n.named.any()) shared_.erase(n.hash);
+      return;
+    }
     Worker& wk = workers_[w];
-    Mark* mk = wk.held.find(x);
-    wk.blocks.erase(mk->hash);
-    mk->stamp &= ~kBound;
+    if (wk.own_hash_of.empty()) return;
+    const uint64_t* own = wk.own_hash_of.find(x);
+    if (own == nullptr) return;
+    wk.own_blocks.erase(*own);
+    wk.own_hash_of.erase(x);
   }
 
   // Flags, for mark_repeats' caller, every block whose hash appears earlier in the event.
@@ -706,11 +757,15 @@ class MetaTree {
     nodes_[un.parent].children.replace(upper_key, c, u);
     un.children.add(page_key(cn.label), c);
     ++node_count_;
-    cn.holders.for_each([&](uint32_t w) {
+    cn.holders.for_each([&](uint32_t w) {  // c is never named: named nodes are one page
       Worker& wk = workers_[w];
-      const Mark mk = *wk.held.find(c);  // never bound: bound nodes are one page
-      wk.held.put(u, Mark{mk.stamp, 0});
-      if (wk.approximate()) push_lru(wk, u, mk.stamp);
+      ++wk.held_count;
+      wk.marked.push_back(u);
+      if (wk.approximate()) {
+        const uint64_t stamp = *wk.stamps.find(c);
+        wk.stamps.put(u, stamp);
+        push_lru(wk, u, stamp);
+      }
     });
     return u;
   }
@@ -741,6 +796,7 @@ class MetaTree {
       n.alive = false;
       n.children.clear();
       n.holders.clear();
+      n.named.clear();
       nodes_.release(x);
       --node_count_;
       x = p;
@@ -772,6 +828,7 @@ class MetaTree {
   std::vector<Worker> workers_;
   std::vector<uint64_t> live_mask_{0};
   std::vector<uint32_t> approximate_;  // indices of live approximate workers
+  FlatMap<uint64_t, uint32_t> shared_;  // shared block hash -> the node it names
   // Scratch reused across calls (no allocation on the hot path).
   std::vector<uint64_t> alive_;
   std::vector<uint32_t> active_;
