@@ -541,10 +541,14 @@ class MetaTree {
     });
   }
 
-  // Whole-page common prefix of child c's label and key[0, n).
+  // Whole-page common prefix of child c's label and key[0, n), for a child
+  // that find_child returned: its first page is known to match already, so
+  // a one-page node (every block-event node) costs no second comparison.
   uint64_t matched(uint32_t c, const Token* key, uint64_t n) const {
     const MetaNode& cn = nodes_[c];
-    uint64_t m = detail::common_prefix(cn.label, key, std::min<uint64_t>(cn.length, n));
+    const uint64_t limit = std::min<uint64_t>(cn.length, n);
+    const uint64_t m = page_size_ + detail::common_prefix(cn.label + page_size_, key + page_size_,
+                                                          limit - page_size_);
     return m - m % page_size_;
   }
 
@@ -593,7 +597,8 @@ class MetaTree {
     while (pos < n) {
       const uint32_t c = find_child(node, key + pos);
       if (c == kNoNode) return;
-      if (nodes_[c].depth > n) return;  // only whole nodes: the insert cut where recency differs
+      // Only whole nodes on the key's path: the insert cut where recency differs.
+      if (nodes_[c].depth > n || matched(c, key + pos, n - pos) < nodes_[c].length) return;
       if (holds(w, c)) stamp(w, c);
       node = c;
       pos = nodes_[c].depth;
