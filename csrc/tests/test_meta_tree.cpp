@@ -69,15 +69,23 @@ static void test_example_from_the_docs() {
   t.check_invariants();
 }
 
+// A stored event the way the binding applies one: checked, then applied.
+static uint64_t store(MetaTree& t, uint32_t w, bool has_parent, uint64_t parent,
+                      const uint64_t* hashes, uint32_t n, const Token* tokens) {
+  if (t.check_stored(w, has_parent, parent, hashes, n, tokens).code != StoredCheck::kOk)
+    return UINT64_MAX;
+  return t.apply_stored(w, has_parent, parent, hashes, n, tokens);
+}
+
 static void test_block_events() {
   MetaTree t(2);
   t.add_worker(0, kNoCapacity);
   const std::vector<Token> tokens{1, 2, 3, 4, 5, 6};
   const uint64_t hashes[] = {100, 101, 102};
   CHECK(t.check_stored(0, false, 0, hashes, 3, tokens.data()).code == StoredCheck::kOk);
-  CHECK(t.apply_stored(0, false, 0, hashes, 3, tokens.data()) == 3);
+  CHECK(store(t, 0, false, 0, hashes, 3, tokens.data()) == 3);
   CHECK(t.node_count() == 3);  // one node per named page
-  CHECK(t.apply_stored(0, false, 0, hashes, 3, tokens.data()) == 0);  // idempotent
+  CHECK(store(t, 0, false, 0, hashes, 3, tokens.data()) == 0);  // idempotent
   const uint64_t child[] = {103};
   const std::vector<Token> more{7, 8};
   CHECK(t.check_stored(0, true, 999, child, 1, more.data()).code == StoredCheck::kUnknownParent);
@@ -88,7 +96,7 @@ static void test_block_events() {
   const uint64_t twice[] = {104, 104};
   const std::vector<Token> two{7, 8, 9, 9};
   CHECK(t.check_stored(0, true, 102, twice, 2, two.data()).code == StoredCheck::kRepeated);
-  CHECK(t.apply_stored(0, true, 102, child, 1, more.data()) == 1);
+  CHECK(store(t, 0, true, 102, child, 1, more.data()) == 1);
   const uint64_t gone[] = {101, 555};
   CHECK(t.apply_removed(0, gone, 2) == 1);
   CHECK(t.check_stored(0, true, 101, child, 1, more.data()).code == StoredCheck::kUnknownParent);

@@ -258,9 +258,10 @@ class MetaTree {
     uint32_t node = root_;
     if (has_parent) {
       node = named_node(w, parent);
-      if (node == kNoNode) return {StoredCheck::kUnknownParent, 0};
+      if (node == kNoNode) return refuse(StoredCheck::kUnknownParent, 0);
     }
     mark_repeats(hashes, n_blocks);
+    landing_.assign(n_blocks, kNoNode);
     // Dry walk: (node, page) is where block i lies; node == kNoNode once the
     // path leaves the tree (every later block is a new page).
     uint32_t in = kNoNode;  // the node holding block i, page `page` of it
@@ -277,26 +278,36 @@ class MetaTree {
         in = (from == kNoNode || left) ? kNoNode : find_child(from, tok);
         page = 0;
       }
+      if (in != kNoNode && page == 0 && nodes_[in].length == page_size_) landing_[i] = in;
       const uint64_t h = hashes[i];
-      if (has_parent && h == parent) return {StoredCheck::kCycle, i};
-      if (repeat_[i]) return {StoredCheck::kRepeated, i};
+      if (has_parent && h == parent) return refuse(StoredCheck::kCycle, i);
+      if (repeat_[i]) return refuse(StoredCheck::kRepeated, i);
       const uint32_t bound = named_node(w, h);
       if (bound != kNoNode && !(in == bound && page == 0 && nodes_[in].length == page_size_))
-        return {StoredCheck::kOtherPage, i};
+        return refuse(StoredCheck::kOtherPage, i);
     }
     return {};
   }
 
-  // Applies a stored event that check_stored accepted; returns pages newly marked.
+  StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
+    landing_.clear();
+    return {code, index};
+  }
+
+  // Applies the stored event that check_stored just accepted (same arguments,
+  // nothing in between); returns pages newly marked.
   uint64_t apply_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
                         uint32_t n_blocks, const Token* tokens) {
+    require(landing_.size() == n_blocks, "apply_stored without check_stored");
     ++clock_;
     Worker& wk = workers_[w];
     uint32_t node = has_parent ? named_node(w, parent) : root_;
     uint64_t newly = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const Token* tok = tokens + size_t{i} * page_size_;
-      uint32_t c = find_child(node, tok);
+      // The check found the one-page nodes already in place; splits and new
+      // leaves since then never move or free those.
+      uint32_t c = landing_[i] != kNoNode ? landing_[i] : find_child(node, tok);
       if (c == kNoNode) {
         c = add_leaf(node, tok, page_size_);
       } else if (nodes_[c].length > page_size_) {
@@ -309,6 +320,7 @@ class MetaTree {
       bind(w, c, hashes[i]);
       node = c;
     }
+    landing_.clear();
     if (wk.approximate() && n_blocks != 0) {  // an empty event refreshes nothing
       for (uint32_t x = node; x != root_; x = nodes_[x].parent)
         if (holds(w, x)) stamp(w, x);
@@ -839,6 +851,7 @@ class MetaTree {
   std::vector<uint32_t> active_;
   std::vector<uint32_t> path_;
   std::vector<uint8_t> repeat_;
+  std::vector<uint32_t> landing_;  // check_stored -> apply_stored: blocks' existing nodes
   std::vector<std::pair<uint64_t, uint32_t>> order_;
 };
 
