@@ -53,8 +53,12 @@ struct MetaNode {
   uint32_t chunk = 0;
   Children children;
   LocationSet holders;  // worker indices
-  LocationSet named;    // holders that name this (one-page) node by `hash`
-  uint64_t hash = 0;    // the shared block hash; meaningful while `named` is not empty
+  // Holders that do not name this node by its shared hash. Kept as the
+  // exception rather than the rule: in a fleet whose engines hash alike it
+  // stays empty, and costs no allocation however many workers there are.
+  LocationSet unnamed;
+  uint64_t hash = 0;    // the shared block hash, when `shared`
+  bool shared = false;  // some holder names this (one-page) node by `hash`
   bool alive = false;
 };
 
@@ -314,7 +318,10 @@ class MetaTree {
         c = split(c, page_size_);
       }
       if (!holds(w, c)) {
-        mark(w, c);
+        // Marking it as named right away spares a worker's bit in `unnamed`
+        // (and with it, past 64 workers, an allocation per node).
+        const MetaNode& cn = nodes_[c];
+        mark(w, c, cn.shared && cn.hash == hashes[i] && own_name(w, hashes[i]) == kNoNode);
         ++newly;
       }
       bind(w, c, hashes[i]);
@@ -421,7 +428,7 @@ class MetaTree {
   std::vector<std::pair<uint64_t, uint32_t>> block_entries(uint32_t w) const {
     std::vector<std::pair<uint64_t, uint32_t>> out;
     for (uint32_t x : held_nodes(w))
-      if (nodes_[x].named.test(w)) out.emplace_back(nodes_[x].hash, x);
+      if (names_shared(nodes_[x], w)) out.emplace_back(nodes_[x].hash, x);
     workers_[w].own_blocks.for_each([&](uint64_t h, uint32_t x) { out.emplace_back(h, x); });
     std::sort(out.begin(), out.end());
     return out;
@@ -440,7 +447,7 @@ class MetaTree {
     size_t total = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes();
     for (uint32_t x : nodes_in_order()) {
       const MetaNode& n = nodes_[x];
-      total += n.children.heap_bytes() + n.holders.heap_bytes() + n.named.heap_bytes();
+      total += n.children.heap_bytes() + n.holders.heap_bytes() + n.unnamed.heap_bytes();
     }
     total += nodes_[root_].children.heap_bytes() + shared_.memory_bytes();
     for (const Worker& wk : workers_) {
@@ -476,13 +483,16 @@ class MetaTree {
       ++count;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
       require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
-      if (n.named.any()) {
+      if (n.shared) {
         ++shared;
         require(n.length == page_size_, "a hashed page is not a one-page node");
         const uint32_t* back = shared_.find(n.hash);
         require(back != nullptr && *back == x, "a node's shared hash does not map back to it");
+        require(any_namer(n), "a shared hash that no holder names");
+      } else {
+        require(!n.unnamed.any(), "unnamed holders of a node without a shared hash");
       }
-      n.named.for_each([&](uint32_t w) { require(n.holders.test(w), "a non-holder names a node"); });
+      n.unnamed.for_each([&](uint32_t w) { require(n.holders.test(w), "a non-holder is listed"); });
       n.holders.for_each([&](uint32_t w) {
         require(w < workers_.size() && workers_[w].live, "a node is held by a dead worker");
         const Worker& wk = workers_[w];
@@ -505,10 +515,10 @@ class MetaTree {
       wk.own_blocks.for_each([&](uint64_t h, uint32_t x) {
         const uint64_t* back = wk.own_hash_of.find(x);
         require(back != nullptr && *back == h, "a worker's own hash maps are not inverse");
-        require(holds(w, x) && nodes_[x].length == page_size_ && !nodes_[x].named.test(w),
+        require(holds(w, x) && nodes_[x].length == page_size_ && !names_shared(nodes_[x], w),
                 "a worker's own hash names a node it does not hold as one page");
         const uint32_t* other = shared_.find(h);
-        require(other == nullptr || !nodes_[*other].named.test(w), "a hash names two nodes");
+        require(other == nullptr || !names_shared(nodes_[*other], w), "a hash names two nodes");
       });
     }
   }
@@ -671,9 +681,12 @@ class MetaTree {
     return out;
   }
 
-  void mark(uint32_t w, uint32_t x) {
+  // w holds x now; `by_shared_hash`: and names it by its shared hash.
+  void mark(uint32_t w, uint32_t x, bool by_shared_hash = false) {
     Worker& wk = workers_[w];
-    nodes_[x].holders.set(w);
+    MetaNode& n = nodes_[x];
+    n.holders.set(w);
+    if (n.shared && !by_shared_hash) n.unnamed.set(w);
     wk.held_tokens += nodes_[x].length;
     ++wk.held_count;
     wk.marked.push_back(x);
@@ -688,6 +701,7 @@ class MetaTree {
     Worker& wk = workers_[w];
     unbind(w, x);
     nodes_[x].holders.reset(w);
+    nodes_[x].unnamed.reset(w);
     wk.held_tokens -= nodes_[x].length;
     --wk.held_count;
     if (wk.approximate()) wk.stamps.erase(x);
@@ -696,9 +710,21 @@ class MetaTree {
   // The one-page node that w names by hash, or kNoNode.
   uint32_t named_node(uint32_t w, uint64_t hash) const {
     const uint32_t* x = shared_.find(hash);
-    if (x != nullptr && nodes_[*x].named.test(w)) return *x;
-    const uint32_t* own = workers_[w].own_blocks.find(hash);
+    if (x != nullptr && names_shared(nodes_[*x], w)) return *x;
+    return own_name(w, hash);
+  }
+  uint32_t own_name(uint32_t w, uint64_t hash) const {
+    const Worker& wk = workers_[w];
+    if (wk.own_blocks.empty()) return kNoNode;
+    const uint32_t* own = wk.own_blocks.find(hash);
     return own == nullptr ? kNoNode : *own;
+  }
+
+  bool names_shared(const MetaNode& n, uint32_t w) const {
+    return n.shared && n.holders.test(w) && !n.unnamed.test(w);
+  }
+  bool any_namer(const MetaNode& n) const {
+    return n.shared && n.holders.count() > n.unnamed.count();
   }
 
   // Names one-page node x of w by hash (dropping the name it had before).
@@ -707,28 +733,37 @@ class MetaTree {
   void bind(uint32_t w, uint32_t x, uint64_t hash) {
     MetaNode& n = nodes_[x];
     Worker& wk = workers_[w];
-    if (n.named.test(w) && n.hash == hash) return;
+    if (names_shared(n, w) && n.hash == hash) return;
     const uint64_t* own = wk.own_hash_of.empty() ? nullptr : wk.own_hash_of.find(x);
     if (own != nullptr && *own == hash) return;
     unbind(w, x);
-    if (!n.named.any() && !shared_.contains(hash)) {
+    if (!n.shared && !shared_.contains(hash)) {
+      n.shared = true;
       n.hash = hash;
       shared_.put(hash, x);
+      n.holders.for_each([&](uint32_t v) {
+        if (v != w) n.unnamed.set(v);  // they hold it, but never named it so
+      });
+      return;
     }
-    if (n.named.any() ? n.hash == hash : shared_.find(hash) != nullptr && *shared_.find(hash) == x) {
-      n.named.set(w);
+    if (n.shared && n.hash == hash) {
+      n.unnamed.reset(w);
       return;
     }
     wk.own_blocks.put(hash, x);
     wk.own_hash_of.put(x, hash);
   }
 
-  // Drops w's block hash for node x, if it has one.
+  // Drops w's block hash for node x, if it has one (w keeps holding x).
   void unbind(uint32_t w, uint32_t x) {
     MetaNode& n = nodes_[x];
-    if (n.named.test(w)) {
-      n.named.reset(w);
-      if (!n.named.any()) shared_.erase(n.hash);
+    if (names_shared(n, w)) {
+      n.unnamed.set(w);
+      if (!any_namer(n)) {
+        shared_.erase(n.hash);
+        n.shared = false;
+        n.unnamed.clear();
+      }
       return;
     }
     Worker& wk = workers_[w];
@@ -774,7 +809,7 @@ class MetaTree {
     nodes_[un.parent].children.replace(upper_key, c, u);
     un.children.add(page_key(cn.label), c);
     ++node_count_;
-    cn.holders.for_each([&](uint32_t w) {  // c is never named: named nodes are one page
+    cn.holders.for_each([&](uint32_t w) {  // c is never shared: named nodes are one page
       Worker& wk = workers_[w];
       ++wk.held_count;
       wk.marked.push_back(u);
@@ -813,7 +848,8 @@ class MetaTree {
       n.alive = false;
       n.children.clear();
       n.holders.clear();
-      n.named.clear();
+      n.unnamed.clear();
+      n.shared = false;
       nodes_.release(x);
       --node_count_;
       x = p;
