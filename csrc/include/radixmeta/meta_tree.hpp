@@ -222,29 +222,40 @@ class MetaTree {
   // number of worker indices); returns how much of the key is in the tree.
   uint64_t match(const Token* key, uint64_t n, bool touch, int64_t* lengths, uint32_t slots) {
     n -= n % page_size_;
-    std::fill(lengths, lengths + slots, 0);
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
     alive_.assign(live_mask_.begin(), live_mask_.begin() + words);
     active_.clear();
     for (uint32_t i = 0; i < words; ++i)
       if (alive_[i] != 0) active_.push_back(i);
+    // Live workers get their length written exactly once below (when they
+    // drop out, or at the end); only the free indices need a zero.
+    for (uint32_t i = 0; i < words; ++i) {
+      const uint32_t base = i * 64, in_word = std::min<uint32_t>(64, slots - base);
+      const uint64_t valid = in_word == 64 ? ~uint64_t{0} : (uint64_t{1} << in_word) - 1;
+      for (uint64_t free = ~alive_[i] & valid; free != 0; free &= free - 1)
+        lengths[base + __builtin_ctzll(free)] = 0;
+    }
+    std::fill(lengths + std::min<size_t>(slots, size_t{words} * 64), lengths + slots, 0);
     if (touch) path_.clear();
-    uint32_t node = root_;
     uint64_t pos = 0;
     uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
-    while (pos < n) {
-      const uint32_t c = find_child(node, key + pos);
-      if (c == kNoNode) break;
+    uint32_t c = n == 0 ? kNoNode : find_child(root_, key);
+    while (c != kNoNode) {
       const MetaNode& cn = nodes_[c];
       const uint64_t m = matched(c, key + pos, n - pos);
+      cn.holders.prefetch();
+      // Find the next node before reading this one's holders: the two chains
+      // of cache misses then overlap instead of queueing one behind the other.
+      const bool whole = m == cn.length;
+      const uint32_t next = whole && pos + m < n ? find_child(c, key + pos + m) : kNoNode;
       if (!active_.empty()) drop_non_holders(cn.holders, pos, lengths);
       if (touch) path_.push_back(c);
-      if (m < cn.length) {
+      if (!whole) {
         partial = m;
         break;
       }
-      node = c;
       pos += m;
+      c = next;
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
