@@ -8,6 +8,8 @@ from radixmeta._blocks import BlockStatus
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import RadixMetaError
 
+import threading
+
 cdef object _HASH_LIMIT = 2**64
 cdef object _WorkerId = WorkerId
 
@@ -127,13 +129,19 @@ cdef class MetaCore:
 
     cdef unique_ptr[MetaTree] _tree
     cdef object _table
-    cdef vector[uint32_t] _tokens
+    cdef vector[uint32_t] _tokens  # scratch of the calls that hold _lock
     cdef vector[uint64_t] _hashes
+    # Calls that take a worker run Python code between resolving it and
+    # changing the tree (argument conversion can), and the GIL may pass to
+    # another thread there: this lock keeps such calls whole. match reads the
+    # registry once and changes the tree in one C++ call, so it needs none.
+    cdef object _lock
 
     def __cinit__(self, page_size=1):
         cdef uint32_t page = check_int("page_size", page_size, 1)
         self._tree.reset(new MetaTree(page))
         self._table = WorkerTable()
+        self._lock = threading.RLock()
 
     # -- workers -------------------------------------------------------------------
 
@@ -163,16 +171,19 @@ cdef class MetaCore:
 
     def add_worker(self, name, dp_rank=0, *, capacity=None):
         """Register worker ``(name, dp_rank)``; ``capacity`` (tokens) makes it approximate."""
-        worker = self._table.add(name, dp_rank, capacity)
-        self._tree.get().add_worker(worker.index, kNoCapacity if capacity is None else capacity)
-        return worker
+        with self._lock:
+            worker = self._table.add(name, dp_rank, capacity)
+            self._tree.get().add_worker(worker.index, kNoCapacity if capacity is None else capacity)
+            return worker
 
     def remove_worker(self, worker):
         """Forget a worker and every mark it had; returns the tokens it held."""
-        cdef uint32_t w = self._index(worker)
-        tokens = self._tree.get().remove_worker(w)
-        self._table.remove(worker)
-        return tokens
+        cdef uint32_t w
+        with self._lock:
+            w = self._index(worker)
+            tokens = self._tree.get().remove_worker(w)
+            self._table.remove(worker)
+            return tokens
 
     def worker(self, name, dp_rank=0):
         """The ``WorkerId`` registered as ``(name, dp_rank)``."""
@@ -180,11 +191,13 @@ cdef class MetaCore:
 
     def capacity_of(self, worker):
         """The worker's capacity in tokens, or None for an exact worker."""
-        return self._table.capacities[self._index(worker)]
+        with self._lock:
+            return self._table.capacities[self._index(worker)]
 
     def held_tokens(self, worker):
         """Tokens the worker holds."""
-        return self._tree.get().held_tokens(self._index(worker))
+        with self._lock:
+            return self._tree.get().held_tokens(self._index(worker))
 
     # -- token paths -----------------------------------------------------------------
 
@@ -202,29 +215,32 @@ cdef class MetaCore:
 
     def insert(self, key, worker, *, start=0):
         """Mark the pages of ``key`` from ``start`` on as held by ``worker``; returns pages newly marked."""
-        cdef uint32_t w = self._index(worker)
-        cdef const uint32_t* data
-        cdef size_t n
-        owner = _load_tokens(key, &self._tokens, &data, &n)
-        cdef uint64_t s = self._start(start, n)
-        return self._tree.get().insert(data, n, w, s)
+        with self._lock:
+            return self._path_op(key, worker, start, True)
 
     def remove(self, key, worker, *, start=0):
         """Unmark the pages of ``key`` from ``start`` on for ``worker``; returns pages unmarked."""
+        with self._lock:
+            return self._path_op(key, worker, start, False)
+
+    cdef object _path_op(self, object key, object worker, object start, bint marking):
         cdef uint32_t w = self._index(worker)
         cdef const uint32_t* data
         cdef size_t n
         owner = _load_tokens(key, &self._tokens, &data, &n)
         cdef uint64_t s = self._start(start, n)
+        if marking:
+            return self._tree.get().insert(data, n, w, s)
         return self._tree.get().remove(data, n, w, s)
 
     def match(self, key, *, touch=False):
         """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
         cdef const uint32_t* data
         cdef size_t n
+        cdef vector[uint32_t] scratch  # not the shared one: match takes no lock
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
-        owner = _load_tokens(key, &self._tokens, &data, &n)
+        owner = _load_tokens(key, &scratch, &data, &n)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
         cdef cnp.ndarray lengths = _new_int64(count)
@@ -258,8 +274,9 @@ cdef class MetaCore:
         dims[1] = count
         cdef cnp.ndarray out = cnp.PyArray_ZEROS(2, dims, cnp.NPY_INT64, 0)
         cdef int64_t* base = <int64_t*>cnp.PyArray_DATA(out)
+        cdef vector[uint32_t] scratch
         for row in range(len(converted)):
-            owner = _load_tokens(converted[row], &self._tokens, &data, &n)
+            owner = _load_tokens(converted[row], &scratch, &data, &n)
             self._tree.get().match(data, n, touch, base + row * count, count)
         return out
 
@@ -268,9 +285,11 @@ cdef class MetaCore:
         cdef MetaTree* tree = self._tree.get()
         cdef uint32_t w = 0
         cdef bint only = worker is not None
-        if only:
-            w = self._index(worker)
-        cdef vector[uint32_t] nodes = tree.nodes_in_order()
+        cdef vector[uint32_t] nodes
+        with self._lock:
+            if only:
+                w = self._index(worker)
+            nodes = tree.nodes_in_order()
         cdef vector[uint32_t] kept
         cdef size_t k
         for k in range(nodes.size()):
@@ -280,8 +299,9 @@ cdef class MetaCore:
 
     def dump(self, worker):
         """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
-        cdef uint32_t w = self._index(worker)
-        cdef vector[uint32_t] nodes = self._tree.get().held_in_order(w)
+        cdef vector[uint32_t] nodes
+        with self._lock:
+            nodes = self._tree.get().held_in_order(self._index(worker))
         return self._node_records(nodes, True)
 
     cdef list _node_records(self, const vector[uint32_t]& nodes, bint with_start):
@@ -323,7 +343,8 @@ cdef class MetaCore:
 
     def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0):
         """Apply a KV ``BlockStored`` event atomically; returns pages newly marked."""
-        return self._stored(self._index(worker), tier, parent_hash, block_hashes, token_ids)
+        with self._lock:
+            return self._stored(self._index(worker), tier, parent_hash, block_hashes, token_ids)
 
     cdef object _stored(self, uint32_t w, object tier, object parent_hash, object block_hashes,
                         object token_ids):
@@ -360,7 +381,8 @@ cdef class MetaCore:
 
     def apply_removed(self, worker, block_hashes, *, tier=0):
         """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
-        return self._removed(self._index(worker), tier, block_hashes)
+        with self._lock:
+            return self._removed(self._index(worker), tier, block_hashes)
 
     cdef object _removed(self, uint32_t w, object tier, object block_hashes):
         cdef const uint64_t* hashes
@@ -372,7 +394,8 @@ cdef class MetaCore:
 
     def apply_cleared(self, worker):
         """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing. Returns tokens unmarked."""
-        return self._tree.get().clear_worker(self._index(worker))
+        with self._lock:
+            return self._tree.get().clear_worker(self._index(worker))
 
     def apply_events(self, records):
         """Apply event records in order, each atomically; returns an int8 status per record."""
@@ -384,11 +407,12 @@ cdef class MetaCore:
         cdef cnp.ndarray status = np.zeros(len(records), dtype=np.int8)
         cdef signed char* out = <signed char*>cnp.PyArray_DATA(status)
         cdef Py_ssize_t i
-        for i in range(len(records)):
-            try:
-                self._apply_record(records[i])
-            except RadixMetaError as exc:
-                out[i] = _blocks.record_status(exc)
+        with self._lock:
+            for i in range(len(records)):
+                try:
+                    self._apply_record(records[i])
+                except RadixMetaError as exc:
+                    out[i] = _blocks.record_status(exc)
         return status
 
     cdef object _apply_record(self, object record):
@@ -400,7 +424,7 @@ cdef class MetaCore:
         if kind == "removed" and len(record) == 3:
             return self._removed(self._index(record[1]), 0, record[2])
         if kind == "cleared" and len(record) == 2:
-            return self.apply_cleared(record[1])
+            return self._tree.get().clear_worker(self._index(record[1]))
         raise InvalidInputError(f"not an event record: {record!r}")
 
     # -- whole tree ----------------------------------------------------------------------
@@ -419,7 +443,9 @@ cdef class MetaCore:
     def _block_entries(self, worker):
         """(hash, path to the page end) for every block hash of the worker, by hash."""
         cdef MetaTree* tree = self._tree.get()
-        cdef vector[pair[uint64_t, uint32_t]] entries = tree.block_entries(self._index(worker))
+        cdef vector[pair[uint64_t, uint32_t]] entries
+        with self._lock:
+            entries = tree.block_entries(self._index(worker))
         cdef vector[uint32_t] path, paths
         cdef vector[size_t] ends
         cdef size_t k
@@ -436,13 +462,16 @@ cdef class MetaCore:
 
     def _bind_hash(self, worker, key, block_hash):
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
-        cdef uint32_t w = self._index(worker)
+        cdef uint32_t w
         cdef const uint32_t* data
         cdef size_t n
-        cdef uint64_t h = _blocks.block_hash(block_hash, "block_hash")
-        owner = _load_tokens(key, &self._tokens, &data, &n)
-        if not self._tree.get().bind_hash(w, data, n, h):
-            raise InvalidInputError("the worker holds no page ending at the end of key")
+        cdef uint64_t h
+        with self._lock:
+            w = self._index(worker)
+            h = _blocks.block_hash(block_hash, "block_hash")
+            owner = _load_tokens(key, &self._tokens, &data, &n)
+            if not self._tree.get().bind_hash(w, data, n, h):
+                raise InvalidInputError("the worker holds no page ending at the end of key")
 
     def _worker_state(self):
         """The worker registry's state, for pickling."""
@@ -450,15 +479,16 @@ cdef class MetaCore:
 
     def _adopt_table(self, state):
         """Take over a pickled worker registry (the tree must have no workers yet)."""
-        if self._table.slots:
-            raise RuntimeError("_adopt_table needs a tree without workers")
-        table = WorkerTable.from_state(state)
-        for worker in table.slots:
-            if worker is not None:
-                capacity = table.capacities[worker.index]
-                self._tree.get().add_worker(
-                    worker.index, kNoCapacity if capacity is None else capacity)
-        self._table = table
+        with self._lock:
+            if self._table.slots:
+                raise RuntimeError("_adopt_table needs a tree without workers")
+            table = WorkerTable.from_state(state)
+            for worker in table.slots:
+                if worker is not None:
+                    capacity = table.capacities[worker.index]
+                    self._tree.get().add_worker(
+                        worker.index, kNoCapacity if capacity is None else capacity)
+            self._table = table
 
 
 cdef cnp.ndarray _owned_tokens(object key):
