@@ -71,6 +71,9 @@ class WorkerTable:
             raise InputTypeError(msg)
         rank = _check_count("dp_rank", dp_rank)
         cap = None if capacity is None else _check_count("capacity", capacity)
+        if cap is not None and cap >= 2**63:
+            msg = f"capacity must be below 2**63 tokens, got {cap}"
+            raise InvalidInputError(msg)
         if (name, rank) in self._by_name:
             msg = f"worker ({name!r}, dp_rank={rank}) is already registered"
             raise DuplicateWorkerError(msg)
