@@ -79,7 +79,6 @@ class MetaTree {
 
   uint32_t page_size() const { return page_size_; }
   uint32_t node_count() const { return node_count_; }
-  uint64_t clock() const { return clock_; }
 
   // ---- workers -----------------------------------------------------------
 
@@ -302,11 +301,6 @@ class MetaTree {
         return refuse(StoredCheck::kOtherPage, i);
     }
     return {};
-  }
-
-  StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
-    landing_.clear();
-    return {code, index};
   }
 
   // Applies the stored event that check_stored just accepted (same arguments,
@@ -560,6 +554,12 @@ class MetaTree {
     FlatMap<uint32_t, uint64_t> own_hash_of;  // the inverse of own_blocks
     bool approximate() const { return capacity != kNoCapacity; }
   };
+
+  // A failed check leaves no landing nodes behind for apply_stored to trust.
+  StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
+    landing_.clear();
+    return {code, index};
+  }
 
   static void require(bool ok, const char* what) {
     if (!ok) throw std::logic_error(std::string("radixmeta meta-tree invariant: ") + what);
