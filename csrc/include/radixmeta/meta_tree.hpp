@@ -580,6 +580,7 @@ class MetaTree {
   uint64_t matched(uint32_t c, const Token* key, uint64_t n) const {
     const MetaNode& cn = nodes_[c];
     const uint64_t limit = std::min<uint64_t>(cn.length, n);
+    if (limit == page_size_) return limit;  // one-page nodes: nothing left to compare
     const uint64_t m = page_size_ + detail::common_prefix(cn.label + page_size_, key + page_size_,
                                                           limit - page_size_);
     return m - m % page_size_;
