@@ -98,19 +98,29 @@ cdef class MetaMatch:
         How much of the key is in the tree at all.
     """
 
-    cdef readonly cnp.ndarray lengths
-    cdef readonly object tree_length
+    cdef cnp.ndarray _lengths
+    cdef object _tree_length
     cdef tuple _slots
+
+    @property
+    def lengths(self):
+        """``int64`` array indexed by worker index: each worker's matched tokens."""
+        return self._lengths
+
+    @property
+    def tree_length(self):
+        """How much of the key is in the tree at all (held by anyone, or leading to held pages)."""
+        return self._tree_length
 
     def length_of(self, worker):
         """Matched tokens of ``worker`` (a worker that was live at the match)."""
         if _is_live(self._slots, worker):
-            return int(self.lengths[worker.index])
-        return int(self.lengths[resolve_in(self._slots, worker)])
+            return int(self._lengths[worker.index])
+        return int(self._lengths[resolve_in(self._slots, worker)])
 
     def best(self):
         """``(WorkerId, length)`` of the longest match, lowest index on ties; None without workers."""
-        cdef const int64_t* data = <const int64_t*>cnp.PyArray_DATA(self.lengths)
+        cdef const int64_t* data = <const int64_t*>cnp.PyArray_DATA(self._lengths)
         cdef Py_ssize_t i, found = -1
         cdef int64_t top = -1
         cdef tuple slots = self._slots
@@ -147,6 +157,7 @@ cdef class MetaCore:
 
     @property
     def page_size(self):
+        """Tokens per page: every length is a multiple of it."""
         return self._tree.get().page_size()
 
     @property
@@ -238,17 +249,17 @@ cdef class MetaCore:
         cdef const uint32_t* data
         cdef size_t n
         cdef vector[uint32_t] scratch  # not the shared one: match takes no lock
+        owner = _load_tokens(key, &scratch, &data, &n)
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
-        owner = _load_tokens(key, &scratch, &data, &n)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
         cdef cnp.ndarray lengths = _new_int64(count)
         cdef uint64_t found = self._tree.get().match(
             data, n, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
-        result.lengths = lengths
-        result.tree_length = found
+        result._lengths = lengths
+        result._tree_length = found
         result._slots = slots
         return result
 
@@ -257,17 +268,19 @@ cdef class MetaCore:
         cdef const uint32_t* data
         cdef size_t n
         cdef Py_ssize_t row
-        if touch is not False and touch is not True:
-            raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
-        if cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 2:
+        if (cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 2
+                and (<cnp.ndarray>keys).descr.kind in (b'i', b'u')):
             rows = list(keys)
-        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        elif (isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__")
+              or (cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 0)):
             raise InputTypeError(f"keys must be a sequence of keys, got {type(keys).__name__}")
         else:
             rows = list(keys)
-        # A touching match changes recency: convert every key before matching
-        # any, so that a bad key raises with nothing changed.
-        converted = [_owned_tokens(k) for k in rows] if touch else rows
+        # Every key is converted before any is matched (the reference's order
+        # of checks, and a touching match must raise with nothing changed).
+        converted = [_owned_tokens(k) for k in rows]
+        if touch is not False and touch is not True:
+            raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
         cdef uint32_t count = len(self._table.slots)
         cdef cnp.npy_intp dims[2]
         dims[0] = len(converted)
@@ -491,8 +504,15 @@ cdef class MetaCore:
             self._table = table
 
 
-cdef cnp.ndarray _owned_tokens(object key):
-    """A checked copy of key as a uint32 array."""
+cdef object _owned_tokens(object key):
+    """key as a checked uint32 array of its own: a 1-D uint32 array as it is, else a copy."""
+    cdef cnp.ndarray arr
+    if cnp.PyArray_Check(key):
+        arr = <cnp.ndarray>key
+        if (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_TYPE(arr) == cnp.NPY_UINT32
+                and cnp.PyArray_ISNOTSWAPPED(arr) and cnp.PyArray_IS_C_CONTIGUOUS(arr)
+                and cnp.PyArray_ISALIGNED(arr)):
+            return arr  # every uint32 is a valid token
     cdef vector[uint32_t] scratch
     cdef const uint32_t* data
     cdef size_t n

@@ -102,14 +102,24 @@ class MetaMatch:
         How much of the key is in the tree at all.
     """
 
-    __slots__ = ("lengths", "tree_length", "_slots")
+    __slots__ = ("_lengths", "_tree_length", "_slots")
 
     def __init__(
         self, lengths: npt.NDArray[np.int64], tree_length: int, slots: tuple[WorkerId | None, ...]
     ) -> None:
-        self.lengths = lengths
-        self.tree_length = tree_length
+        self._lengths = lengths
+        self._tree_length = tree_length
         self._slots = slots
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Matched tokens per worker index (``int64``; 0 for free indices)."""
+        return self._lengths
+
+    @property
+    def tree_length(self) -> int:
+        """How much of the key is in the tree at all (held, or leading to held pages)."""
+        return self._tree_length
 
     def length_of(self, worker: WorkerId) -> int:
         """Matched tokens of ``worker``, which must have been live when the match was made.
@@ -464,7 +474,11 @@ class MetaCore:
         """
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
-        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        elif (
+            isinstance(keys, (str, bytes))
+            or not hasattr(keys, "__len__")
+            or (isinstance(keys, np.ndarray) and keys.ndim == 0)
+        ):
             msg = f"keys must be a sequence of keys, got {type(keys).__name__}"
             raise InputTypeError(msg)
         else:
@@ -775,9 +789,7 @@ class MetaCore:
                     _require(i in node.stamps, "an approximate holder has no stamp")
                     stamp_keys[i].add((node.stamps[i], node.depth))
             _require(set(node.stamps) <= node.holders, "a stamp of a worker that does not hold it")
-            _require(
-                all(self._approximate(i) for i in node.stamps), "an exact worker has a stamp"
-            )
+            _require(all(self._approximate(i) for i in node.stamps), "an exact worker has a stamp")
             for i, h in node.hashes.items():
                 _require(i in node.holders, "a hash of a worker that does not hold the page")
                 _require(len(label) == p, "a hashed page is not a one-page node")

@@ -21,10 +21,11 @@ another implementation of the same API:
 
 Examples
 --------
->>> from hypothesis import given
+>>> from hypothesis import given, settings
 >>> from radixmeta.testing_meta import BruteForceMetaTree, meta_operations, run_meta_operations
 >>> from radixmeta import MetaTree
->>> @given(meta_operations(page_size=2))
+>>> @settings(max_examples=25)
+... @given(meta_operations(page_size=2))
 ... def test_tree_matches_model(ops):
 ...     assert run_meta_operations(MetaTree(2), ops) == run_meta_operations(
 ...         BruteForceMetaTree(2), ops
@@ -445,7 +446,9 @@ class BruteForceMetaTree:
             every.update(self._prefixes(q, 0, len(q)))
         out = []
         for page in sorted(every):
-            holders = tuple(w for i, w in enumerate(slots) if w and page in self._pages[i])
+            holders = tuple(
+                w for i, w in enumerate(slots) if w is not None and page in self._pages[i]
+            )
             if index is None or page in self._pages[index]:
                 out.append((page, holders))
         return out
@@ -688,7 +691,7 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
     """
     p = tree.page_size
     if isinstance(op, AddWorker):
-        return tuple(tree.add_worker(op.name, op.dp_rank, capacity=op.capacity))
+        return tree.add_worker(op.name, op.dp_rank, capacity=op.capacity)
     if isinstance(op, RemoveWorker):
         return int(tree.remove_worker(pick(op.worker)))
     if isinstance(op, Insert):
@@ -698,7 +701,7 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
     if isinstance(op, Match):
         m = tree.match(op.key, touch=op.touch)
         best = m.best()
-        return (m.lengths.tolist(), int(m.tree_length), None if best is None else tuple(best))
+        return (m.lengths.tolist(), int(m.tree_length), best)
     if isinstance(op, MatchMany):
         keys: Any = op.keys
         if op.as_array and keys and len({len(k) for k in keys}) == 1:
@@ -744,15 +747,16 @@ def run_meta_operations(tree: Any, ops: Iterable[MetaOperation]) -> list[Any]:
     Returns
     -------
     list
-        Per operation: the return value as plain Python values (a ``WorkerId``
-        as a tuple; a match as ``(lengths, tree_length, best)``; an array as
-        ``(dtype, values)``), or ``(error class name, message)``.
+        Per operation: the return value as plain Python values (a match as
+        ``(lengths, tree_length, best)``; an array as ``(dtype, values)``), or
+        ``(error class name, message)``. ``WorkerId`` values compare by value,
+        so the outcomes of two trees compare equal when they agree.
 
     Examples
     --------
     >>> model = BruteForceMetaTree()
-    >>> run_meta_operations(model, [AddWorker("a"), Insert([1, 2], 0), Match([1, 3])])
-    [('a', 0, 0, 0), 2, ([1], 1, (('a', 0, 0, 0), 1))]
+    >>> run_meta_operations(model, [AddWorker("a"), Insert([1, 2], 0), Match([1, 3])])[1:]
+    [2, ([1], 1, (WorkerId(name='a', dp_rank=0, index=0, generation=0), 1))]
     """
     ids: list[WorkerId] = []
 
@@ -769,7 +773,7 @@ def run_meta_operations(tree: Any, ops: Iterable[MetaOperation]) -> list[Any]:
             out.append((type(exc).__name__, str(exc)))
             continue
         if isinstance(op, AddWorker):
-            ids.append(WorkerId(*result))
+            ids.append(result)
         out.append(result)
     return out
 
@@ -780,7 +784,12 @@ def run_meta_operations(tree: Any, ops: Iterable[MetaOperation]) -> list[Any]:
 
 
 def meta_key_pools(
-    page_size: int, *, vocab_size: int = 3, distinct_pages: int = 4, max_stems: int = 4
+    page_size: int,
+    *,
+    vocab_size: int = 3,
+    distinct_pages: int = 4,
+    min_stems: int = 2,
+    max_stems: int = 4,
 ) -> st.SearchStrategy[list[list[int]]]:
     """Return a strategy for pools of stems: page-aligned token lists built from few pages.
 
@@ -795,9 +804,10 @@ def meta_key_pools(
     vocab_size : int, default 3
         Tokens are drawn from ``range(vocab_size)``.
     distinct_pages : int, default 4
-        Pages are drawn from this many distinct pages.
-    max_stems : int, default 4
-        At most this many stems (at least one), each 1 to 5 pages long.
+        Pages are drawn from at most this many distinct pages (at least two, when
+        the vocabulary allows: with one page, keys could not diverge).
+    min_stems, max_stems : int, default 2 and 4
+        Bounds on the number of stems, each 1 to 5 pages long.
 
     Returns
     -------
@@ -805,12 +815,13 @@ def meta_key_pools(
     """
     token = st.integers(0, vocab_size - 1)
     page = st.lists(token, min_size=page_size, max_size=page_size)
-    pages = st.lists(page, min_size=1, max_size=distinct_pages, unique_by=tuple)
+    fewest = min(2, distinct_pages, vocab_size**page_size)
+    pages = st.lists(page, min_size=fewest, max_size=distinct_pages, unique_by=tuple)
 
     def stems(pool: list[list[int]]) -> st.SearchStrategy[list[list[int]]]:
         stem = st.lists(st.sampled_from(pool), min_size=1, max_size=5)
         joined = stem.map(lambda chosen: [t for pg in chosen for t in pg])
-        return st.lists(joined, min_size=1, max_size=max_stems)
+        return st.lists(joined, min_size=min_stems, max_size=max(min_stems, max_stems))
 
     return pages.flatmap(stems)
 
@@ -928,8 +939,9 @@ def meta_operations(
 
     Examples
     --------
-    >>> from hypothesis import given
-    >>> @given(meta_operations(page_size=4))
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=10)
+    ... @given(meta_operations(page_size=4))
     ... def test_starts_with_workers(ops):
     ...     assert isinstance(ops[0], AddWorker)
     >>> test_starts_with_workers()

@@ -76,6 +76,24 @@ def native() -> ModuleType:
     return require_native()
 
 
+# -- meta-tree implementations ---------------------------------------------------------------
+# The meta-tree tests run on the reference and on the native MetaCore. When the native core is
+# missing they run on the reference only, and test_native_meta_core_is_under_test fails (or
+# skips, when RADIXMETA_IMPLEMENTATION=python), as require_native does for the cache tests.
+from radixmeta._reference_meta import MetaCore as REFERENCE_META  # noqa: E402
+
+NATIVE_META: type | None = NATIVE.MetaCore if NATIVE is not None else None
+META_CORES: dict[str, type] = {"reference": REFERENCE_META}
+if NATIVE_META is not None:
+    META_CORES["native"] = NATIVE_META
+
+
+@pytest.fixture(params=list(META_CORES))
+def meta_impl(request: pytest.FixtureRequest) -> type:
+    """A ``MetaCore`` class: the pure-Python reference, then the native core."""
+    return META_CORES[request.param]
+
+
 # -- seeded randomness ---------------------------------------------------------------------
 class SeededRandom(random.Random):
     """``random.Random`` whose repr shows the seed, so a failure can be replayed."""

@@ -1,0 +1,497 @@
+"""Stateful model checking of the meta-tree: every MetaCore and the tree-less model side by side.
+
+Every rule applies one call to the reference MetaCore, the native MetaCore (when the
+extension has one) and ``BruteForceMetaTree``, and requires the same return value, or
+the same exception type and message. An invariant then runs ``check()`` on the trees and
+compares everything observable: node structure (``items()``) between the trees; the
+pages, holders, recency order, held tokens and block maps of every worker between the
+trees and the model; matches of a few keys. Keys come from a few stems cut at page
+boundaries, so paths overlap a lot; workers come and go (index reuse), some with a small
+capacity so that approximate eviction happens all the time, and bad inputs (stale or
+foreign workers, unknown parents, conflicting hashes, bad starts and tiers) are mixed in.
+
+Two machines: a handful of workers, and one that starts with 66 to 70 workers and sends
+most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
+"""
+
+from __future__ import annotations
+
+import doctest
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import META_CORES, require_native
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import radixmeta.testing_meta
+from radixmeta import WorkerId
+from radixmeta.errors import BlockConflictError, RadixMetaError, UnknownParentError
+from radixmeta.testing_meta import (
+    STORED_VARIANTS,
+    ApplyCleared,
+    ApplyEvents,
+    ApplyRemoved,
+    ApplyStored,
+    BruteForceMetaTree,
+    apply_meta_operation,
+    block_hash_of,
+    meta_key_pools,
+    meta_operations,
+    run_meta_operations,
+)
+
+Tokens = tuple[int, ...]
+
+# A key is (stem index, pages dropped from the stem's end, ragged tail); stems are drawn
+# once per run, so keys share prefixes of every length.
+KEYS = st.tuples(
+    st.integers(0, 7),
+    st.sampled_from([0, 0, 0, 1, 1, 2, 3, 9]),
+    st.just(()) | st.lists(st.integers(0, 2), min_size=1, max_size=3).map(tuple),
+)
+# Whom a call names: mostly a live worker (a "hot" one in the many-worker machine), now
+# and then a removed one or an id that was never handed out.
+WHO = st.tuples(
+    st.sampled_from(["hot"] * 6 + ["any"] * 3 + ["stale", "foreign"]), st.integers(0, 1000)
+)
+# start, in pages, or a bad one.
+STARTS = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3, "end", "end", "ragged", "beyond"])
+TOUCH = st.sampled_from([False, False, True, True, True, 1])
+
+
+def plain(value: Any) -> Any:
+    """A return value as comparable plain Python."""
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tolist())
+    if hasattr(value, "lengths") and hasattr(value, "best"):  # MetaMatch
+        lengths = value.lengths
+        return ("match", str(lengths.dtype), lengths.tolist(), int(value.tree_length), value.best())
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def node_pages(tree: Any) -> list[tuple[Tokens, tuple[WorkerId, ...]]]:
+    """A tree's ``items()`` expanded to one (page path, holders) per page, in path order."""
+    p = tree.page_size
+    items = [(tuple(int(t) for t in key), holders) for key, holders in tree.items()]
+    ends = {key for key, _ in items}
+    out = []
+    for key, holders in items:
+        start = max((len(e) for e in ends if len(e) < len(key) and key[: len(e)] == e), default=0)
+        out.extend((key[:end], holders) for end in range(start + p, len(key) + 1, p))
+    return sorted(out)
+
+
+def dump_pages(tree: Any, worker: WorkerId) -> list[Tokens]:
+    """A tree's ``dump(worker)`` expanded to pages, deepest first within each record."""
+    p = tree.page_size
+    out: list[Tokens] = []
+    for key, start in tree.dump(worker):
+        toks = tuple(int(t) for t in key)
+        assert start % p == 0 and start < len(toks)
+        out.extend(toks[:end] for end in range(len(toks), start, -p))
+    return out
+
+
+class MetaMachine(RuleBasedStateMachine):
+    """Drives every MetaCore in ``META_CORES`` and a BruteForceMetaTree with the same calls."""
+
+    CORES: tuple[type, ...] = tuple(META_CORES.values())
+    PRE_ADDED = (1, 4)  # bounds on the workers added by `create`
+    HOT_FROM = 0  # "hot" picks prefer live workers with at least this index
+    MAX_LIVE = 8
+    # Compare every worker's held tokens, block map and dump after every step; else only
+    # the hot workers' and those the step named, and every worker's at teardown. (The pages
+    # of every worker are compared after every step anyway, through items().)
+    ALL_WORKERS_EVERY_STEP = True
+
+    @initialize(page_size=st.sampled_from([1, 4]), data=st.data())
+    def create(self, page_size: int, data: st.DataObject) -> None:
+        self.p = page_size
+        self.trees = [cls(page_size) for cls in self.CORES]
+        self.model = BruteForceMetaTree(page_size)
+        self.sides: list[Any] = [*self.trees, self.model]
+        pools = meta_key_pools(page_size, min_stems=3, max_stems=6)
+        self.stems: list[list[int]] = data.draw(pools, label="stems")
+        self.ids: list[WorkerId] = []  # every WorkerId handed out, removed ones included
+        self.named: set[WorkerId] = set()  # workers named since the last invariant
+        low, high = self.PRE_ADDED
+        count = data.draw(st.integers(low, high), label="pre-added workers")
+        capacity = st.sampled_from([None, None, 2, 4, 6, 8])
+        for i in range(count):
+            self.add_worker(i, 0, data.draw(capacity, label=f"capacity of w{i}"), False)
+        # Swarm testing switches whole rules off in some runs; starting from a populated,
+        # branching tree (every stem, each for some worker) keeps those runs meaningful.
+        owners = st.lists(st.integers(0, 1000), min_size=len(self.stems), max_size=len(self.stems))
+        for stem, owner in zip(self.stems, data.draw(owners, label="stem owners"), strict=True):
+            w = self.who(("hot", owner))
+            self.call(lambda t, w=w, k=stem: t.insert(k, w))
+
+    # -- helpers ------------------------------------------------------------------------
+    def key(self, spec: tuple[int, int, Tokens]) -> list[int]:
+        index, drop, tail = spec
+        stem = self.stems[index % len(self.stems)]
+        return stem[: max(0, len(stem) - drop * self.p)] + list(tail)
+
+    def start(self, spec: Any, key: list[int]) -> int:
+        whole = len(key) // self.p * self.p
+        if spec == "end":
+            return whole
+        if spec == "ragged":
+            return 1 if self.p > 1 else -1
+        if spec == "beyond":
+            return whole + self.p
+        return min(int(spec) * self.p, whole)
+
+    def live(self) -> tuple[WorkerId, ...]:
+        return self.model.workers
+
+    def who(self, spec: tuple[str, int]) -> WorkerId:
+        w = self._who(spec)
+        self.named.add(w)
+        return w
+
+    def _who(self, spec: tuple[str, int]) -> WorkerId:
+        kind, number = spec
+        live = self.live()
+        if kind == "stale":
+            removed = [w for w in self.ids if w not in live]
+            if removed:
+                return removed[number % len(removed)]
+        if kind == "hot":
+            live = tuple(w for w in live if w.index >= self.HOT_FROM) or live
+        if kind in ("hot", "any") and live:
+            return live[number % len(live)]
+        return WorkerId(f"foreign{number % 3}", 0, number % (self.model.n_workers + 1), 9)
+
+    def call(self, fn: Callable[[Any], Any]) -> tuple[Any, ...]:
+        """Apply ``fn`` to every side; require the same outcome; return it."""
+        outcomes: list[tuple[Any, ...]] = []
+        for side in self.sides:
+            try:
+                outcomes.append(("ok", plain(fn(side))))
+            except RadixMetaError as exc:
+                outcomes.append(("error", type(exc).__name__, str(exc)))
+        assert all(o == outcomes[0] for o in outcomes), outcomes
+        return outcomes[0]
+
+    # -- rules: workers ---------------------------------------------------------------------
+    def add_worker(self, name: int, dp_rank: int, capacity: int | None, ragged: bool) -> None:
+        # Capacities are mostly whole pages; a ragged one makes eviction round up.
+        cap = None if capacity is None else capacity * self.p + (ragged and self.p > 1)
+        outcome = self.call(lambda t: t.add_worker(f"w{name}", dp_rank, capacity=cap))
+        if outcome[0] == "ok":
+            self.ids.append(outcome[1])
+
+    @precondition(lambda self: len(self.live()) < self.MAX_LIVE)
+    @rule(
+        name=st.integers(0, 80),
+        dp_rank=st.sampled_from([0, 0, 1]),
+        capacity=st.sampled_from([None, None, 0, 1, 2, 4, 6]),
+        ragged=st.booleans(),
+    )
+    def add(self, name: int, dp_rank: int, capacity: int | None, ragged: bool) -> None:
+        self.add_worker(name, dp_rank, capacity, ragged)
+
+    @rule(who=WHO, really=st.sampled_from([False, False, True]))
+    def remove_worker(self, who: tuple[str, int], really: bool) -> None:
+        # `really` makes removals rarer, so that trees get time to grow between them.
+        w = self.who(who)
+        if really or w not in self.live():
+            self.call(lambda t: t.remove_worker(w))
+        self.call(lambda t: t.capacity_of(w))
+        self.call(lambda t: t.worker(w.name, w.dp_rank))
+
+    # -- rules: token paths -------------------------------------------------------------------
+    @rule(calls=st.lists(st.tuples(WHO, KEYS, STARTS, st.booleans()), min_size=1, max_size=3))
+    def insert(self, calls: list[tuple[Any, Any, Any, bool]]) -> None:
+        # Up to three inserts per step, so that trees grow between removals and evictions.
+        for who, key, start, as_array in calls:
+            w, toks = self.who(who), self.key(key)
+            s = self.start(start, toks)
+            arg = np.array(toks, dtype=np.int64) if as_array else toks
+            self.call(lambda t, w=w, arg=arg, s=s: t.insert(arg, w, start=s))
+
+    @rule(who=WHO, key=KEYS, start=STARTS)
+    def remove(self, who: tuple[str, int], key: Any, start: Any) -> None:
+        w, toks = self.who(who), self.key(key)
+        s = self.start(start, toks)
+        self.call(lambda t: t.remove(toks, w, start=s))
+
+    @rule(key=KEYS, touch=TOUCH, who=WHO)
+    def match(self, key: Any, touch: Any, who: tuple[str, int]) -> None:
+        toks = self.key(key)
+        outcome = self.call(lambda t: t.match(toks, touch=touch))
+        if outcome[0] == "ok":
+            # length_of on a fresh match: a live worker, or the same error everywhere.
+            w = self.who(who)
+            self.call(lambda t: t.match(toks).length_of(w))
+
+    @rule(keys=st.lists(KEYS, max_size=4), touch=TOUCH, as_array=st.booleans())
+    def match_many(self, keys: list[Any], touch: Any, as_array: bool) -> None:
+        rows: Any = [self.key(k) for k in keys]
+        if as_array and rows and len({len(r) for r in rows}) == 1:
+            rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
+        self.call(lambda t: t.match_many(rows, touch=touch))
+
+    # -- rules: block events -------------------------------------------------------------------
+    @rule(
+        who=WHO,
+        key=KEYS,
+        parent=st.integers(0, 4),
+        blocks=st.integers(0, 4),
+        variant=st.just("ok") | st.sampled_from(STORED_VARIANTS),
+    )
+    def apply_stored(
+        self, who: tuple[str, int], key: Any, parent: int, blocks: int, variant: str
+    ) -> None:
+        w, toks = self.who(who), self.key(key)
+        whole = len(toks) // self.p
+        parent = min(parent, whole)
+        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant)
+        self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
+
+    @rule(
+        who=WHO,
+        pick=st.integers(0, 1000),
+        stem=st.integers(0, 7),
+        blocks=st.integers(1, 3),
+        signed=st.booleans(),
+        bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count"]),
+    )
+    def stored_chain(
+        self, who: tuple[str, int], pick: int, stem: int, blocks: int, signed: bool, bad: Any
+    ) -> None:
+        """An event chained onto a block the worker holds (or the root); ``bad`` spoils it."""
+        w = self.who(who)
+        entries = self.model._block_entries(w) if w in self.live() else []
+        if entries and pick % 4:
+            parent, base_arr = entries[pick % len(entries)]
+            base: list[int] = [int(t) for t in base_arr]
+        else:
+            parent, base = None, []
+        # Continue along a stem that extends the parent's page if there is one.
+        stems = [s for s in self.stems if s[: len(base)] == base and len(s) > len(base)]
+        if stems:
+            cont = stems[stem % len(stems)][len(base) : len(base) + blocks * self.p]
+        else:
+            cont = [stem % 3] * (blocks * self.p)
+        n = len(cont) // self.p
+        hashes = [block_hash_of(base + cont[: (i + 1) * self.p]) for i in range(n)]
+        tokens = cont[: n * self.p]
+        if bad == "cycle" and parent is not None:
+            hashes[-1] = parent
+        elif bad == "repeat":
+            hashes.append(hashes[0])
+            tokens = tokens + tokens[: self.p]
+        elif bad == "other" and entries:
+            hashes[-1] = entries[(pick + 1) % len(entries)][0]  # names another page (or this one)
+        elif bad == "count":
+            tokens = tokens[:-1]
+        if signed:
+            hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
+        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens))
+
+    @rule(who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans())
+    def removed_known(self, who: tuple[str, int], pick: list[int], unknown: bool) -> None:
+        """BlockRemoved of hashes the worker holds (plus, maybe, one it does not)."""
+        w = self.who(who)
+        entries = self.model._block_entries(w) if w in self.live() else []
+        hashes = [int(entries[k % len(entries)][0]) for k in pick] if entries else []
+        if unknown:
+            hashes.append(12345)
+        self.call(lambda t: t.apply_removed(w, hashes))
+
+    @rule(
+        who=WHO,
+        key=KEYS,
+        first=st.integers(0, 3),
+        salt=st.sampled_from([0, 0, 1]),
+        tier=st.sampled_from([0] * 9 + [1]),
+    )
+    def apply_removed(
+        self, who: tuple[str, int], key: Any, first: int, salt: int, tier: int
+    ) -> None:
+        w = self.who(who)
+        op = ApplyRemoved(0, self.key(key), first, salt, tier)
+        self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
+
+    @rule(who=WHO, really=st.sampled_from([False, False, True]))
+    def apply_cleared(self, who: tuple[str, int], really: bool) -> None:
+        w = self.who(who)
+        if really or w not in self.live():
+            self.call(lambda t: t.apply_cleared(w))
+
+    @rule(
+        records=st.lists(
+            st.tuples(
+                st.sampled_from(["stored", "stored", "removed", "cleared", "junk"]),
+                WHO,
+                KEYS,
+                st.integers(0, 3),
+                st.sampled_from(["ok", "ok", "ok", "unknown_parent", "cycle", "other_page"]),
+            ),
+            max_size=5,
+        )
+    )
+    def apply_events(self, records: list[Any]) -> None:
+        workers: list[WorkerId] = []
+        built: list[Any] = []
+        for kind, who, key, pages, variant in records:
+            workers.append(self.who(who))
+            k, toks = len(workers) - 1, self.key(key)
+            whole = len(toks) // self.p
+            if kind == "stored":
+                parent = min(pages, whole)
+                built.append(ApplyStored(k, toks, parent, whole - parent, variant))
+            elif kind == "removed":
+                built.append(ApplyRemoved(k, toks, pages))
+            elif kind == "cleared":
+                built.append(ApplyCleared(k))
+            else:
+                built.append("junk")
+        op = ApplyEvents(tuple(built))
+        self.call(lambda t: apply_meta_operation(t, op, lambda k: workers[k]))
+
+    # -- invariant ------------------------------------------------------------------------------
+    @invariant()
+    def all_agree(self) -> None:
+        if not hasattr(self, "sides"):
+            return
+        for tree in self.trees:
+            tree.check()
+        self.model.check()
+        first = self.trees[0]
+        items = [(k.tolist(), h) for k, h in first.items()]
+        for tree in self.trees[1:]:
+            assert [(k.tolist(), h) for k, h in tree.items()] == items
+            assert tree.node_count == first.node_count == len(items)
+        for side in self.sides:
+            assert side.workers == self.model.workers
+            assert side.n_workers == self.model.n_workers
+        assert node_pages(first) == self.model.items()
+        for w in self.model.workers:
+            if self.ALL_WORKERS_EVERY_STEP or w in self.named or w.index >= self.HOT_FROM:
+                self.compare_worker(w)
+        self.named.clear()
+        for stem in self.stems:
+            self.call(lambda t, s=stem: t.match(s))
+
+    def compare_worker(self, w: WorkerId) -> None:
+        """Held tokens, block map and dump of ``w`` equal everywhere (dumps as pages for the
+        model, in recency order for an approximate worker)."""
+        exact = self.model.capacity_of(w) is None
+        for tree in self.trees:
+            assert tree.held_tokens(w) == self.model.held_tokens(w)
+            entries = [(h, k.tolist()) for h, k in tree._block_entries(w)]
+            assert entries == [(h, k.tolist()) for h, k in self.model._block_entries(w)]
+            assert tree.capacity_of(w) == self.model.capacity_of(w)
+            assert tree.worker(w.name, w.dp_rank) == w
+            pages = dump_pages(tree, w)
+            assert (sorted(pages) if exact else pages) == self.model.pages(w), (w, pages)
+        dumps = [[(k.tolist(), s) for k, s in tree.dump(w)] for tree in self.trees]
+        assert all(d == dumps[0] for d in dumps)
+
+    def teardown(self) -> None:
+        # Removing every worker must free every node.
+        if hasattr(self, "sides"):
+            for w in self.live():
+                self.compare_worker(w)
+            for w in self.live():
+                self.call(lambda t, w=w: t.remove_worker(w))
+            for tree in self.trees:
+                assert tree.node_count == 0 and not tree.items()
+                tree.check()
+
+
+class ManyWorkersMachine(MetaMachine):
+    """66 to 70 workers from the start; most traffic goes to indices 64 and up."""
+
+    PRE_ADDED = (66, 70)
+    HOT_FROM = 64
+    MAX_LIVE = 72
+    ALL_WORKERS_EVERY_STEP = False
+
+
+# Runs are cheap while the trees stay small, so the machines get more than the profile's
+# example budget (ci: 200 examples of up to 50 steps). The many-worker machine compares
+# ~70 workers' state after every step, so it gets less.
+def _budget(examples: float, steps: float) -> settings:
+    current = settings()
+    return settings(
+        max_examples=max(10, int(current.max_examples * examples)),
+        stateful_step_count=max(10, int(current.stateful_step_count * steps)),
+    )
+
+
+def test_meta_machine() -> None:
+    """A few workers, page sizes 1 and 4: every MetaCore and the model agree at every step."""
+    run_state_machine_as_test(MetaMachine, settings=_budget(1, 1))
+
+
+def test_meta_machine_many_workers() -> None:
+    """66 to 70 workers, so worker sets span more than one 64-bit word."""
+    run_state_machine_as_test(ManyWorkersMachine, settings=_budget(0.5, 1))
+
+
+def test_machine_covers_every_core() -> None:
+    """The machine drives every MetaCore that exists (the native one once it is built)."""
+    assert tuple(META_CORES.values()) == MetaMachine.CORES
+    assert META_CORES["reference"].__module__ == "radixmeta._reference_meta"
+
+
+# -- the testing kit itself ----------------------------------------------------------------------
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), page_size=st.sampled_from([1, 2, 4]))
+def test_operation_lists_agree(meta_impl: type, data: st.DataObject, page_size: int) -> None:
+    """``run_meta_operations`` gives the same outcomes on every core and on the model."""
+    ops = data.draw(meta_operations(page_size=page_size, max_workers=4), label="ops")
+    tree, model = meta_impl(page_size), BruteForceMetaTree(page_size)
+    assert run_meta_operations(tree, ops) == run_meta_operations(model, ops)
+    tree.check()
+    model.check()
+    assert node_pages(tree) == model.items()
+
+
+def test_testing_meta_doctests() -> None:
+    result = doctest.testmod(radixmeta.testing_meta, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 5
+    assert result.failed == 0
+
+
+def test_model_has_the_meta_api() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    structural = {"node_count", "memory_usage"}
+    assert public(META_CORES["reference"]) - structural <= public(BruteForceMetaTree)
+
+
+def test_model_refuses_what_the_trees_refuse() -> None:
+    model = BruteForceMetaTree(2)
+    w = model.add_worker("w")
+    with pytest.raises(UnknownParentError):
+        model.apply_stored(w, 1, [2], [3, 4])
+    model.apply_stored(w, None, [1], [3, 4])
+    with pytest.raises(BlockConflictError):
+        model.apply_stored(w, None, [1], [5, 5])
+    assert model.apply_events([("stored", w, 1, [1], [6, 6]), ("cleared", w)]).tolist() == [2, 0]
+    model.check()
+
+
+def test_native_meta_core_is_under_test() -> None:
+    """The machine and every meta_impl test cover the native core, not the reference alone."""
+    require_native()
+    assert "native" in META_CORES
