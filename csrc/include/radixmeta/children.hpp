@@ -33,6 +33,8 @@ class Children {
   }
 
   uint32_t size() const { return count_; }
+  // The child of a node that has exactly one, else kNone.
+  uint32_t only() const { return count_ == 1 && table_ == nullptr ? node_[0] : kNone; }
   bool empty() const { return count_ == 0; }
 
   // First child whose key is `first` and for which confirm(child) holds, or kNone.

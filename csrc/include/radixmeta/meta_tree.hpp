@@ -568,10 +568,8 @@ class MetaTree {
   uint32_t page_key(const Token* page) const { return detail::page_key(page, page_size_); }
 
   uint32_t find_child(uint32_t parent, const Token* key) const {
-    const uint32_t page = page_size_;
-    return nodes_[parent].children.find(page_key(key), [&](uint32_t c) {
-      return page == 1 || std::memcmp(nodes_[c].label, key, page * sizeof(Token)) == 0;
-    });
+    return detail::find_child(nodes_[parent].children, key, page_size_,
+                              [&](uint32_t c) { return nodes_[c].label; });
   }
 
   // Whole-page common prefix of child c's label and key[0, n), for a child

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "children.hpp"
 #include "label_arena.hpp"
 
 namespace radixmeta {
@@ -53,6 +54,22 @@ inline uint32_t page_key(const Token* page, uint32_t page_size) {
                (lane[3] >> 43 | lane[3] << 21);
   h = (h ^ (h >> 29)) * kMul;
   return static_cast<uint32_t>(h >> 32);
+}
+
+// The child whose label starts with key's first page, or Children::kNone.
+// label_of(id) gives a child's label. A node with a single child (a chain:
+// most nodes of a tree built from block events) is settled by comparing the
+// page, without hashing the key's page first.
+template <class LabelOf>
+uint32_t find_child(const Children& children, const Token* key, uint32_t page_size,
+                    LabelOf&& label_of) {
+  const size_t bytes = size_t{page_size} * sizeof(Token);
+  const uint32_t only = children.only();
+  if (only != Children::kNone && page_size > 1)
+    return std::memcmp(label_of(only), key, bytes) == 0 ? only : Children::kNone;
+  return children.find(page_key(key, page_size), [&](uint32_t c) {
+    return page_size == 1 || std::memcmp(label_of(c), key, bytes) == 0;
+  });
 }
 
 }  // namespace detail

@@ -419,11 +419,8 @@ class RadixTree {
   uint32_t page_key(const Token* page) const { return detail::page_key(page, page_size_); }
 
   uint32_t find_child(const Node& parent, const Token* key) const {
-    const uint32_t page = page_size_;
-    return parent.children.find(page_key(key), [&](uint32_t c) {
-      if (page == 1) return true;
-      return std::memcmp(nodes_[c].label, key, page * sizeof(Token)) == 0;
-    });
+    return detail::find_child(parent.children, key, page_size_,
+                              [&](uint32_t c) { return nodes_[c].label; });
   }
 
   template <WalkMode mode>
