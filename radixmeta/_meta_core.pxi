@@ -11,6 +11,9 @@ from radixmeta.errors import RadixMetaError
 import threading
 
 cdef object _HASH_LIMIT = 2**64
+# What a bad record can raise while it is converted: the library's errors, and
+# those of user objects posing as sequences or integers.
+cdef tuple _RECORD_ERRORS = (RadixMetaError, TypeError, ValueError, OverflowError)
 cdef object _WorkerId = WorkerId
 
 
@@ -139,12 +142,13 @@ cdef class MetaCore:
 
     cdef unique_ptr[MetaTree] _tree
     cdef object _table
-    cdef vector[uint32_t] _tokens  # scratch of the calls that hold _lock
-    cdef vector[uint64_t] _hashes
     # Calls that take a worker run Python code between resolving it and
     # changing the tree (argument conversion can), and the GIL may pass to
     # another thread there: this lock keeps such calls whole. match reads the
     # registry once and changes the tree in one C++ call, so it needs none.
+    # The same thread can still re-enter (an element's __index__ may call the
+    # tree), so every call converts into buffers of its own and resolves its
+    # worker again after converting, right before the tree changes.
     cdef object _lock
 
     def __cinit__(self, page_size=1):
@@ -235,11 +239,13 @@ cdef class MetaCore:
             return self._path_op(key, worker, start, False)
 
     cdef object _path_op(self, object key, object worker, object start, bint marking):
-        cdef uint32_t w = self._index(worker)
+        cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef const uint32_t* data
         cdef size_t n
-        owner = _load_tokens(key, &self._tokens, &data, &n)
+        cdef vector[uint32_t] scratch
+        owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint64_t s = self._start(start, n)
+        w = self._index(worker)  # conversion may have run code that removed it
         if marking:
             return self._tree.get().insert(data, n, w, s)
         return self._tree.get().remove(data, n, w, s)
@@ -357,11 +363,14 @@ cdef class MetaCore:
     def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0):
         """Apply a KV ``BlockStored`` event atomically; returns pages newly marked."""
         with self._lock:
-            return self._stored(self._index(worker), tier, parent_hash, block_hashes, token_ids)
+            return self._stored(worker, tier, parent_hash, block_hashes, token_ids)
 
-    cdef object _stored(self, uint32_t w, object tier, object parent_hash, object block_hashes,
-                        object token_ids):
+    cdef object _stored(self, object worker, object tier, object parent_hash,
+                        object block_hashes, object token_ids):
+        cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef MetaTree* tree = self._tree.get()
+        cdef vector[uint64_t] hash_scratch
+        cdef vector[uint32_t] token_scratch
         cdef const uint64_t* hashes
         cdef const uint32_t* tokens
         cdef size_t n_blocks, n_tokens
@@ -374,8 +383,9 @@ cdef class MetaCore:
                 parent = <uint64_t>parent_hash
             else:
                 parent = <uint64_t>_blocks.parent_hash(parent_hash)
-        hash_owner = _load_hashes(block_hashes, &self._hashes, &hashes, &n_blocks)
-        token_owner = _load_tokens(token_ids, &self._tokens, &tokens, &n_tokens)
+        hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
+        token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
+        w = self._index(worker)  # conversion may have run code that removed it
         cdef uint32_t page = tree.page_size()
         if n_tokens != n_blocks * page:
             raise _blocks.bad_token_count(n_tokens, n_blocks, page)
@@ -395,14 +405,17 @@ cdef class MetaCore:
     def apply_removed(self, worker, block_hashes, *, tier=0):
         """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
         with self._lock:
-            return self._removed(self._index(worker), tier, block_hashes)
+            return self._removed(worker, tier, block_hashes)
 
-    cdef object _removed(self, uint32_t w, object tier, object block_hashes):
+    cdef object _removed(self, object worker, object tier, object block_hashes):
+        cdef uint32_t w = self._index(worker)
         cdef const uint64_t* hashes
         cdef size_t n_blocks
+        cdef vector[uint64_t] scratch
         if not (type(tier) is int and tier == 0):
             _blocks.check_tier(tier)
-        owner = _load_hashes(block_hashes, &self._hashes, &hashes, &n_blocks)
+        owner = _load_hashes(block_hashes, &scratch, &hashes, &n_blocks)
+        w = self._index(worker)  # conversion may have run code that removed it
         return self._tree.get().apply_removed(w, hashes, n_blocks)
 
     def apply_cleared(self, worker):
@@ -424,7 +437,7 @@ cdef class MetaCore:
             for i in range(len(records)):
                 try:
                     self._apply_record(records[i])
-                except RadixMetaError as exc:
+                except _RECORD_ERRORS as exc:  # raised before the record changed anything
                     out[i] = _blocks.record_status(exc)
         return status
 
@@ -433,9 +446,9 @@ cdef class MetaCore:
             raise InputTypeError("an event record must be a non-empty tuple")
         kind = record[0]
         if kind == "stored" and len(record) == 5:
-            return self._stored(self._index(record[1]), 0, record[2], record[3], record[4])
+            return self._stored(record[1], 0, record[2], record[3], record[4])
         if kind == "removed" and len(record) == 3:
-            return self._removed(self._index(record[1]), 0, record[2])
+            return self._removed(record[1], 0, record[2])
         if kind == "cleared" and len(record) == 2:
             return self._tree.get().clear_worker(self._index(record[1]))
         raise InvalidInputError(f"not an event record: {record!r}")
@@ -479,16 +492,24 @@ cdef class MetaCore:
         cdef const uint32_t* data
         cdef size_t n
         cdef uint64_t h
+        cdef vector[uint32_t] scratch
         with self._lock:
             w = self._index(worker)
             h = _blocks.block_hash(block_hash, "block_hash")
-            owner = _load_tokens(key, &self._tokens, &data, &n)
+            owner = _load_tokens(key, &scratch, &data, &n)
+            w = self._index(worker)
             if not self._tree.get().bind_hash(w, data, n, h):
                 raise InvalidInputError("the worker holds no page ending at the end of key")
 
     def _worker_state(self):
         """The worker registry's state, for pickling."""
         return self._table.state()
+
+    def _pickle_state(self):
+        """Registry, and per live worker its dump and block hashes, read in one locked step."""
+        with self._lock:
+            workers = [(w.index, self.dump(w), self._block_entries(w)) for w in self._table.live]
+            return self._table.state(), workers
 
     def _adopt_table(self, state):
         """Take over a pickled worker registry (the tree must have no workers yet)."""

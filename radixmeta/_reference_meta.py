@@ -332,6 +332,7 @@ class MetaCore:
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
         self._clock += 1
         approximate = self._approximate(index)
         p = self._page_size
@@ -401,6 +402,7 @@ class MetaCore:
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         removed = 0
         node, pos = self._root, 0
@@ -568,6 +570,7 @@ class MetaCore:
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
@@ -634,6 +637,7 @@ class MetaCore:
         index = self._table.resolve(worker)
         _blocks.check_tier(tier)
         hashes = _blocks.block_hashes(block_hashes)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
         bmap = self._blocks[index]
         removed = 0
         for h in hashes:
@@ -682,7 +686,8 @@ class MetaCore:
         for record in records:
             try:
                 self._apply_record(record)
-            except RadixMetaError as exc:
+            except (RadixMetaError, TypeError, ValueError, OverflowError) as exc:
+                # raised while the record was checked, before it changed anything
                 statuses.append(int(_blocks.record_status(exc)))
             else:
                 statuses.append(int(_blocks.BlockStatus.APPLIED))
@@ -822,6 +827,7 @@ class MetaCore:
         index = self._table.resolve(worker)
         h = _blocks.block_hash(block_hash, "block_hash")
         toks = _keys.tokens(key)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         node = self._find_page(toks) if toks and len(toks) % p == 0 else None
         if node is None or index not in node.holders:
@@ -843,6 +849,11 @@ class MetaCore:
         """The worker registry's state, for pickling."""
         return self._table.state()
 
+    @_atomic
+    def _pickle_state(self) -> tuple[Any, list[Any]]:
+        """Registry, and per live worker its dump and block hashes, read in one locked step."""
+        workers = [(w.index, self.dump(w), self._block_entries(w)) for w in self._table.live]
+        return self._table.state(), workers
     @_atomic
     def _adopt_table(self, state: tuple[Any, ...]) -> None:
         """Take over a pickled worker registry (the tree must have no workers yet)."""

@@ -53,10 +53,8 @@ class MetaTree(_MetaCore):
     __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        workers = [
-            (w.index, self.dump(w), self._block_entries(w)) for w in self.workers
-        ]
-        return (_restore, (type(self), self.page_size, self._worker_state(), workers))
+        worker_state, workers = self._pickle_state()  # one consistent view, even with threads
+        return (_restore, (type(self), self.page_size, worker_state, workers))
 
     def __repr__(self) -> str:
         return (

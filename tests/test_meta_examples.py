@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import META_CORES, NATIVE_META, REFERENCE_META
 
-from radixmeta import MetaTree, WorkerId
+from radixmeta import BlockStatus, MetaTree, WorkerId
 from radixmeta.errors import StaleWorkerError, UnknownParentError
 
 
@@ -327,3 +327,52 @@ def test_cores_have_the_same_documented_api() -> None:
                 if name in _public(theirs) and not (attr.__doc__ or "").strip():
                     undocumented.append(f"{mine.__module__}.{mine.__name__}.{name}")
     assert undocumented == []
+
+
+def test_reentry_from_a_key_element_cannot_corrupt_the_tree(meta_impl: type) -> None:
+    """An element whose __index__ calls the tree runs inside a call; both must stay sound."""
+    tree = meta_impl(1)
+    w = tree.add_worker("a")
+
+    class RemovesTheWorker:
+        def __index__(self) -> int:
+            tree.remove_worker(w)
+            return 7
+
+    with pytest.raises(StaleWorkerError):
+        tree.insert([1, 2, RemovesTheWorker()], w)
+    tree.check()
+    assert tree.node_count == 0
+
+    tree = meta_impl(1)
+    w, v = tree.add_worker("a"), tree.add_worker("b")
+
+    class RunsAnotherEvent:
+        def __index__(self) -> int:
+            tree.apply_removed(v, list(range(1000)))  # converts into buffers of its own
+            return 7
+
+    tree.apply_stored(w, None, [10, 11, 12], [1, 2, RunsAnotherEvent()])
+    assert [(h, k.tolist()) for h, k in tree._block_entries(w)] == [
+        (10, [1]),
+        (11, [1, 2]),
+        (12, [1, 2, 7]),
+    ]
+    tree.check()
+
+
+def test_a_record_whose_objects_raise_does_not_stop_the_batch(meta_impl: type) -> None:
+    tree = meta_impl(1)
+    w = tree.add_worker("a")
+
+    class BadLength:
+        def __len__(self) -> int:
+            raise ValueError
+
+        def __iter__(self) -> Any:
+            raise ValueError
+
+    bad, good = ("stored", w, None, BadLength(), [1]), ("stored", w, None, [5], [1])
+    statuses = tree.apply_events([bad, good])
+    assert statuses.tolist() == [BlockStatus.INVALID, BlockStatus.APPLIED]
+    assert tree.held_tokens(w) == 1
