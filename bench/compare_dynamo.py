@@ -80,6 +80,7 @@ from fleet import (  # noqa: E402
     describe,
     make_fleet,
     make_queries,
+    metatree_calls,
     stored_events,
 )
 
@@ -104,20 +105,6 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------------------
 # prepared inputs (built before any timing)
 # --------------------------------------------------------------------------------------
-
-
-def metatree_calls(
-    fleet: list[Conversation], events: list[StoredEvent], ids: list[Any], page_size: int
-) -> list[tuple[Any, int | None, np.ndarray, np.ndarray]]:
-    """``apply_stored`` arguments: (worker, parent hash, uint64 hashes, uint32 tokens)."""
-    calls = []
-    for e in events:
-        conv = fleet[e.conv]
-        parent = None if e.parent_index is None else conv.hashes[e.parent_index]
-        hashes = np.array(conv.hashes[e.start : e.stop], dtype=np.uint64)
-        tokens = conv.tokens[e.start * page_size : e.stop * page_size]
-        calls.append((ids[e.worker], parent, hashes, tokens))
-    return calls
 
 
 def metatree_removals(

@@ -15,6 +15,7 @@ Shared by ``compare_dynamo.py`` (MetaTree against Dynamo) and ``bench_meta.py``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -149,3 +150,17 @@ def describe(fleet: list[Conversation], events: list[StoredEvent], n_workers: in
         "distinct_pages": len(pages),
         "blocks_per_event": blocks / len(events) if events else 0.0,
     }
+
+
+def metatree_calls(
+    fleet: list[Conversation], events: list[StoredEvent], ids: list[Any], page_size: int
+) -> list[tuple[Any, int | None, np.ndarray, np.ndarray]]:
+    """``apply_stored`` arguments: (worker, parent hash, uint64 hashes, uint32 tokens)."""
+    calls = []
+    for e in events:
+        conv = fleet[e.conv]
+        parent = None if e.parent_index is None else conv.hashes[e.parent_index]
+        hashes = np.array(conv.hashes[e.start : e.stop], dtype=np.uint64)
+        tokens = conv.tokens[e.start * page_size : e.stop * page_size]
+        calls.append((ids[e.worker], parent, hashes, tokens))
+    return calls
