@@ -83,14 +83,6 @@ class LocationSet {
   uint32_t word_count() const { return 1 + (extra_ == nullptr ? 0 : extra_words()); }
   uint64_t word(uint32_t w) const { return w == 0 ? word0_ : extra_[w]; }
 
-  // Starts loading the heap words (locations 64 and up) into the cache.
-  void prefetch() const {
-    if (extra_ == nullptr) return;
-    const char* p = reinterpret_cast<const char*>(extra_);
-    const char* end = p + (extra_words() + 1) * 8;
-    for (; p < end; p += 64) __builtin_prefetch(p);
-  }
-
   // f(location) for every member, ascending.
   template <class F>
   void for_each(F&& f) const {

@@ -242,7 +242,6 @@ class MetaTree {
     while (c != kNoNode) {
       const MetaNode& cn = nodes_[c];
       const uint64_t m = matched(c, key + pos, n - pos);
-      cn.holders.prefetch();
       // Find the next node before reading this one's holders: the two chains
       // of cache misses then overlap instead of queueing one behind the other.
       const bool whole = m == cn.length;
