@@ -17,6 +17,7 @@ from radixmeta.errors import (
     BlockConflictError,
     InputTypeError,
     InvalidInputError,
+    StaleWorkerError,
     UnknownParentError,
 )
 
@@ -115,8 +116,6 @@ def worker_label(worker: Any) -> str:
 
 def record_status(exc: BaseException) -> BlockStatus:
     """The batch status of a record that raised ``exc``."""
-    from radixmeta.errors import StaleWorkerError
-
     if isinstance(exc, UnknownParentError):
         return BlockStatus.UNKNOWN_PARENT
     if isinstance(exc, BlockConflictError):

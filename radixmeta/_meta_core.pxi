@@ -5,7 +5,7 @@ from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRe
 
 from radixmeta import _blocks
 from radixmeta._blocks import BlockStatus
-from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
+from radixmeta._workers import WorkerId, WorkerTable, resolve_in
 from radixmeta.errors import RadixMetaError
 
 import threading
