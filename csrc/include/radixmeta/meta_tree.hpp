@@ -804,19 +804,9 @@ class MetaTree {
     const uint32_t u = nodes_.allocate();
     MetaNode& cn = nodes_[c];
     MetaNode& un = nodes_[u];
-    un.parent = cn.parent;
-    un.chunk = cn.chunk;
-    un.label = cn.label;
-    un.length = m;
-    un.depth = cn.depth - (cn.length - m);
     un.holders = cn.holders;
     un.alive = true;
-    const uint32_t upper_key = page_key(cn.label);
-    cn.label += m;
-    cn.length -= m;
-    cn.parent = u;
-    nodes_[un.parent].children.replace(upper_key, c, u);
-    un.children.add(page_key(cn.label), c);
+    detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
     cn.holders.for_each([&](uint32_t w) {  // c is never shared: named nodes are one page
       Worker& wk = workers_[w];

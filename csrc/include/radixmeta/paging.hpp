@@ -72,5 +72,26 @@ uint32_t find_child(const Children& children, const Token* key, uint32_t page_si
   });
 }
 
+// Cuts the edge into node c after m tokens, making the fresh node u its upper
+// part: u takes c's place under c's parent and c (keeping its id) hangs from
+// u. Labels are slices of the arena, so nothing is copied. The node types of
+// both trees share these fields; each tree copies the rest of its own.
+template <class Pool>
+void cut_edge(Pool& nodes, uint32_t c, uint32_t u, uint32_t m, uint32_t page_size) {
+  auto& cn = nodes[c];
+  auto& un = nodes[u];
+  un.parent = cn.parent;
+  un.chunk = cn.chunk;
+  un.label = cn.label;
+  un.length = m;
+  un.depth = cn.depth - (cn.length - m);
+  const uint32_t upper_key = page_key(cn.label, page_size);
+  cn.label += m;
+  cn.length -= m;
+  cn.parent = u;
+  nodes[un.parent].children.replace(upper_key, c, u);
+  un.children.add(page_key(cn.label, page_size), c);
+}
+
 }  // namespace detail
 }  // namespace radixmeta

@@ -465,11 +465,6 @@ class RadixTree {
     const uint32_t u = nodes_.allocate();
     Node& cn = nodes_[c];
     Node& un = nodes_[u];
-    un.parent = cn.parent;
-    un.chunk = cn.chunk;
-    un.label = cn.label;
-    un.length = m;
-    un.depth = cn.depth - (cn.length - m);
     un.lock_count = cn.lock_count;  // every lock through c also passes through u
     un.own_locks = 0;
     un.hit_count = cn.hit_count;
@@ -480,12 +475,7 @@ class RadixTree {
     un.serial = ++serial_;
     un.alive = true;
     un.is_root = false;
-    const uint32_t upper_key = page_key(cn.label);
-    cn.label += m;
-    cn.length -= m;
-    cn.parent = u;
-    nodes_[un.parent].children.replace(upper_key, c, u);
-    un.children.add(page_key(cn.label), c);
+    detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
     return u;
   }
