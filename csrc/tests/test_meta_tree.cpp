@@ -4,6 +4,8 @@
 // every step; the sanitizers catch memory errors on the way.
 #include <radixmeta/meta_tree.hpp>
 
+#include "check.hpp"
+
 #include <cstdio>
 #include <map>
 #include <random>
@@ -14,15 +16,6 @@ using radixmeta::kNoCapacity;
 using radixmeta::MetaTree;
 using radixmeta::StoredCheck;
 using radixmeta::Token;
-
-static int failures = 0;
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                    \
-    }                                                                                \
-  } while (0)
 
 using Page = std::vector<Token>;  // a page's full path from the root
 

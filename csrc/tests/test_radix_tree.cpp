@@ -2,6 +2,8 @@
 // Deterministic: a fixed-seed generator drives the randomized part.
 #include <radixmeta/radix_tree.hpp>
 
+#include "check.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -13,15 +15,6 @@ using radixmeta::EvictionPolicy;
 using radixmeta::RadixTree;
 using radixmeta::Token;
 using radixmeta::Value;
-
-static int failures = 0;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                        \
-    }                                                                    \
-  } while (0)
 
 static std::vector<Value> path_values(const RadixTree& t, uint32_t node) {
   std::vector<Value> out(t.node(node).depth);
