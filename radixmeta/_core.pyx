@@ -69,6 +69,9 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
     PyObject** PySequence_Fast_ITEMS(object o)
     Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    bint PyIndex_Check(object o)
+    bint PyBool_Check(object o)
+    object PyNumber_Index(object o)
 
 cdef extern from "_pyint.h":
     Py_ssize_t rm_exact_tokens(PyObject** items, Py_ssize_t n, uint32_t* dst)
@@ -128,12 +131,22 @@ cdef int _check_key_length(Py_ssize_t n) except -1:
     return 0
 
 
+cdef object _np_bool = np.bool_
+
+
+cdef inline object _element(object item, str name, Py_ssize_t i):
+    """_keys.element in compiled code: the common integer-like objects without a Python call."""
+    if PyIndex_Check(item) and not PyBool_Check(item) and type(item) is not _np_bool:
+        return PyNumber_Index(item)
+    return element(item, name, i)  # raises the library's error (or takes a rare subclass)
+
+
 cdef int _tokens_one_by_one(tuple items, Py_ssize_t i, uint32_t* dst) except -1:
     """Convert items[i:] into dst, element by element from i (the slow path)."""
     cdef Py_ssize_t n = len(items)
     cdef PyObject** base = PySequence_Fast_ITEMS(items)
     while i < n:
-        value = element(items[i], "key", i)
+        value = _element(items[i], "key", i)
         if not 0 <= value <= 0xFFFFFFFF:
             raise InvalidInputError(f"key[{i}] = {value} is outside the token range [0, 2**32)")
         dst[i] = <uint32_t>value
@@ -187,7 +200,7 @@ cdef int _values_one_by_one(tuple items, Py_ssize_t i, int64_t* dst) except -1:
     cdef Py_ssize_t n = len(items)
     cdef PyObject** base = PySequence_Fast_ITEMS(items)
     while i < n:
-        value = element(items[i], "values", i)
+        value = _element(items[i], "values", i)
         if not -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
             raise InvalidInputError(f"values[{i}] = {value} is outside the int64 range")
         dst[i] = <int64_t>value
