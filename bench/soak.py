@@ -12,10 +12,10 @@ when the request finishes ``insert`` the full key, give back the duplicate
 slots ``insert`` reports, ``unlock``. A few requests are in flight at once.
 
 Two modes: with ``--capacity`` the cache evicts on its own inside ``insert``
-and hands the freed slots back through ``on_evict`` (on a binding without it,
-the script drains ``take_evicted()`` after every insert); without it the slot
-pool has ``--pool`` slots and the scheduler calls ``evict(n)`` when it runs
-short.
+and hands the freed slots back through ``on_evict``; without it the slot pool
+has ``--pool`` slots and the scheduler calls ``evict(n)`` when it runs short.
+``--no-drain`` builds the capacity-mode cache without ``on_evict``: memory
+stays flat, and the books show the slots the engine never got back.
 
 Process RSS is read after a warm-up of 10 % of the requests and at the end;
 growth above 10 % is reported as GROWING. At the end the slot pool's books must
@@ -26,7 +26,7 @@ Usage (see bench/README.md)::
 
     python bench/soak.py --quick
     python bench/soak.py --ops 2000000 --json soak.json
-    python bench/soak.py --capacity 100000 --no-drain   # defect: queued evicted slots
+    python bench/soak.py --capacity 100000 --no-drain   # no on_evict: slots lost to the pool
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import random
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -217,19 +216,8 @@ class Soak:
             return RadixCache(cfg.page_size), "explicit evict"
         if not cfg.drain:
             return RadixCache(cfg.page_size, capacity=cfg.capacity), "none (--no-drain)"
-        try:
-            cache = RadixCache(cfg.page_size, capacity=cfg.capacity, on_evict=self._on_evict)
-        except TypeError as exc:
-            if "on_evict" not in str(exc):
-                raise
-            # FALLBACK until the binding has on_evict: drain take_evicted() after
-            # every insert (see _drain). Delete this branch once it has.
-            return RadixCache(cfg.page_size, capacity=cfg.capacity), "take_evicted"
+        cache = RadixCache(cfg.page_size, capacity=cfg.capacity, on_evict=self._on_evict)
         return cache, "on_evict"
-
-    def _drain(self) -> None:
-        if self.drain_mode == "take_evicted":  # FALLBACK, see _make_cache
-            self._on_evict(self.cache.take_evicted())
 
     def _new_user(self, salted: bool) -> User:
         self.users_created += 1
@@ -284,7 +272,6 @@ class Soak:
         pool.give(req.values[stored:])  # the tail past the last full page
         self.counts["duplicate_slots"] += cached - req.matched
         cache.unlock(req.node)
-        self._drain()
 
     def step(self) -> None:
         self.admit()
@@ -310,13 +297,7 @@ class Soak:
 
     def close_books(self) -> tuple[int, list[str]]:
         """Settle the slot pool against the cache; the slots still queued, and any problem."""
-        queued = 0
-        if self.drain_mode.startswith("none") and hasattr(self.cache, "take_evicted"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pending = self.cache.take_evicted()
-            queued = len(pending)
-            self._on_evict(pending)
+        queued = 0  # the cache keeps no queue of evicted slots (on_evict, or nothing)
         parts = [v for ns in self.cache.namespaces() for _, v in self.cache.items(namespace=ns)]
         cached = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
         return queued, self.pool.audit(cached, self.cache.total_size)
