@@ -30,11 +30,12 @@ extension = Extension(
     "radixmeta._core",
     ["radixmeta/_core.pyx"],
     language="c++",
-    include_dirs=[np.get_include(), "csrc/include"],
+    include_dirs=[np.get_include(), "csrc/include", "radixmeta"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=compile_args,
     extra_link_args=link_args,
-    depends=[os.path.join("csrc/include/radixmeta", f) for f in os.listdir("csrc/include/radixmeta")],
+    depends=[os.path.join("csrc/include/radixmeta", f) for f in os.listdir("csrc/include/radixmeta")]
+    + ["radixmeta/_pyint.h"],
 )
 
 setup(

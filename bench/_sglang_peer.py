@@ -266,19 +266,11 @@ def time_deep_match(
     if got != want:
         msg = f"{adapter.label}: deep prompt matched {got} tokens, expected {want}"
         raise AssertionError(msg)
-    match_one = adapter.match_one
-    clock = time.perf_counter_ns
-    samples = np.empty(calls, dtype=np.int64)
-    gc.collect()
-    gc.disable()
-    try:
-        for i in range(calls):
-            t0 = clock()
-            match_one(cache, key)
-            samples[i] = clock() - t0
-    finally:
-        gc.enable()
-    us = samples / 1e3
+    us = _call_times(adapter.match_one, cache, key, calls)
+    gathering = getattr(adapter, "match_one_indices", None)
+    if gathering is not None and gathering(cache, key) != want:
+        msg = f"{adapter.label}: deep prompt gathered a wrong number of slots"
+        raise AssertionError(msg)
     out = {
         "label": adapter.label,
         "page_size": page_size,
@@ -292,11 +284,29 @@ def time_deep_match(
         "build_s": build_s,
         "build_seqs_per_s": len(sequences) / build_s if build_s > 0 else float("inf"),
     }
+    if gathering is not None:  # the same match, and the matched slots gathered
+        out["indices_median_us"] = float(np.median(_call_times(gathering, cache, key, calls)))
     del cache
     gc.collect()
     if log:
         log(f"  {adapter.label} deep p={page_size}: {out['median_us']:.1f} us/match")
     return out
+
+
+def _call_times(fn: Callable[[Any, Any], Any], cache: Any, key: Any, calls: int) -> np.ndarray:
+    """Microseconds of each of ``calls`` calls ``fn(cache, key)``, timed one by one, GC off."""
+    clock = time.perf_counter_ns
+    samples = np.empty(calls, dtype=np.int64)
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(calls):
+            t0 = clock()
+            fn(cache, key)
+            samples[i] = clock() - t0
+    finally:
+        gc.enable()
+    return samples / 1e3
 
 
 def _slot_ranges(sequences: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -463,6 +473,10 @@ class _SGLangBase:
     def match_one(self, cache: Any, key: Any) -> int:
         params = self.s["MatchPrefixParams"](key=self.s["RadixKey"](key))
         return int(cache.match_prefix(params).device_prefix_len)
+
+    def match_one_indices(self, cache: Any, key: Any) -> int:
+        params = self.s["MatchPrefixParams"](key=self.s["RadixKey"](key))
+        return len(cache.path_device_indices(cache.match_prefix(params).last_device_node))
 
     def evict_all(self, cache: Any, chunk: int) -> tuple[int, int]:
         alloc = cache.token_to_kv_pool_allocator

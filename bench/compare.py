@@ -125,18 +125,30 @@ class RadixmetaAdapter:
             insert(k, v)
 
     def match_all(self, cache: Any, keys: list[Any]) -> tuple[list[Any], int]:
+        """Length and handle only (``values=False``), as SGLang's match_prefix returns."""
         match = cache.match_prefix
         nodes: list[Any] = []
         append = nodes.append
         total = 0
         for k in keys:
-            m = match(k)
+            m = match(k, values=False)
             append(m.node)
             total += m.length
         return nodes, total
 
+    def match_all_indices(self, cache: Any, keys: list[Any]) -> int:
+        """Match and gather the matched slots, as SGLang's match plus path_device_indices."""
+        match = cache.match_prefix
+        total = 0
+        for k in keys:
+            total += len(match(k).values)
+        return total
+
     def match_one(self, cache: Any, key: Any) -> int:
-        return int(cache.match_prefix(key).length)
+        return int(cache.match_prefix(key, values=False).length)
+
+    def match_one_indices(self, cache: Any, key: Any) -> int:
+        return len(cache.match_prefix(key).values)
 
     def lock_pairs(self, cache: Any, nodes: list[Any]) -> None:
         lock, unlock = cache.lock, cache.unlock
@@ -359,22 +371,21 @@ ROWS = [
     ("evicted tokens (/s)", "evict", "tokens_per_s"),
     ("evicted nodes (/s)", "evict", "nodes_per_s"),
     ("deep 2048-tok match (/s)", "deep", "calls_per_s"),
+    ("deep 2048-tok match + slots (/s)", "deep", "indices_calls_per_s"),
 ]
 
 
-def _value(res: dict[str, Any] | None, key: str, field: str, is_radixmeta: bool) -> float | None:
+def _value(res: dict[str, Any] | None, key: str, field: str) -> float | None:
     if res is None:
         return None
-    if key == "match_full_indices" and is_radixmeta:
-        key = "match_full"  # radixmeta's match already returns the slot values
     entry = res.get(key)
     if entry is None:
         return None
     if field == "nodes_per_s":
         ns = entry.get("ns_per_node")
         return 1e9 / ns if ns else None
-    if field == "calls_per_s":
-        us = entry.get("median_us")
+    if field in ("calls_per_s", "indices_calls_per_s"):
+        us = entry.get("median_us" if field == "calls_per_s" else "indices_median_us")
         return 1e6 / us if us else None
     value = entry.get(field)
     return None if value is None else float(value)
@@ -409,7 +420,7 @@ def build_rows(
     ratios: dict[str, dict[str, Any]] = {}
     for title, key, field in ROWS:
         vals = {
-            impl: _value(page_results[impl], key, field, not impl.startswith("sglang"))
+            impl: _value(page_results[impl], key, field)
             for impl in impls
         }
         if all(v is None for v in vals.values()):

@@ -39,8 +39,14 @@ class _Worker:
     """One data-parallel worker: a RadixCache over its own KV pool."""
 
     def __init__(self, pool: int, page_size: int) -> None:
-        self.cache = RadixCache(page_size=page_size, capacity=pool)
+        # Capacity mode: the cache evicts for itself and hands what it frees to
+        # on_evict after each insert; an engine returns those slots to its pool.
+        self.evicted = 0
+        self.cache = RadixCache(page_size=page_size, capacity=pool, on_evict=self._freed)
         self.load = 0  # requests routed here: the balance guard of cache-aware routing
+
+    def _freed(self, slots: np.ndarray) -> None:
+        self.evicted += len(slots)
 
     def serve(self, tokens: np.ndarray) -> int:
         """Match, then cache the prompt (capacity mode evicts); returns the hit tokens."""
@@ -52,14 +58,19 @@ class _Worker:
 
 def _fleet(
     requests: list[np.ndarray], args: argparse.Namespace, policy: str
-) -> tuple[float, float]:
-    """Serve requests on args.workers workers; returns (hit rate, router us per request)."""
+) -> tuple[float, float, list[int]]:
+    """Serve requests on args.workers workers.
+
+    Returns the hit rate, the router's microseconds per request and the
+    requests each worker served.
+    """
     pool = args.pool // args.workers  # the same KV memory as part one, split
     workers = [_Worker(pool, args.page_size) for _ in range(args.workers)]
     tree = MetaTree(page_size=args.page_size)
     ids = [tree.add_worker(f"worker-{i}", capacity=pool) for i in range(args.workers)]
     hits = total = 0
     router_ns = 0
+    served = [0] * len(workers)
     clock = time.perf_counter_ns
     for i, tokens in enumerate(requests):
         t = clock()
@@ -68,19 +79,24 @@ def _fleet(
         else:
             # Longest cached prefix wins, unless that worker is already far
             # busier than the least loaded one (the sgl-router's balance rule).
+            # Among equally long matches (every worker, for a cold prompt) the
+            # least loaded wins, so cold prompts spread over the fleet.
             lengths = tree.match(tokens, touch=True).lengths
             least = min(range(len(workers)), key=lambda w: workers[w].load)
-            best = int(np.argmax(lengths))
+            longest = int(lengths.max())
+            tied = [w for w in range(len(workers)) if lengths[w] == longest]
+            best = min(tied, key=lambda w: workers[w].load)
             choice = best if workers[best].load <= workers[least].load + 32 else least
         tree.insert(tokens, ids[choice])
         router_ns += clock() - t
         hits += workers[choice].serve(tokens)
+        served[choice] += 1
         total += len(tokens)
         if i % 64 == 63:  # requests finish: the balance guard looks at recent load
             for w in workers:
                 w.load = max(0, w.load - 16)
     tree.check()
-    return hits / total, router_ns / len(requests) / 1000
+    return hits / total, router_ns / len(requests) / 1000, served
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\ndata-parallel fleet: {args.workers} workers sharing the {args.pool:,}-token pool, "
           "one MetaTree router (approximate mode)")
-    print(f"{'routing':<14}{'hit rate':>10}{'router':>14}")
+    print(f"{'routing':<14}{'hit rate':>10}{'router':>14}   requests per worker")
     for policy in ("round-robin", "cache-aware"):
-        rate, router_us = _fleet(requests, args, policy)
-        print(f"{policy:<14}{rate:>10.1%}{router_us:>11.2f} us")
+        rate, router_us, served = _fleet(requests, args, policy)
+        spread = " ".join(f"{n:,}" for n in served)
+        print(f"{policy:<14}{rate:>10.1%}{router_us:>11.2f} us   {spread}")
     return 0
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from radixmeta._keys import as_int, as_sequence, element
 from radixmeta.errors import (
     BlockConflictError,
-    InputTypeError,
     InvalidInputError,
     StaleWorkerError,
     UnknownParentError,
@@ -37,10 +37,10 @@ class BlockStatus(IntEnum):
 
 def block_hash(value: Any, name: str) -> int:
     """One hash as an unsigned 64-bit int; signed input is read as two's complement."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    number = int(value)
+    return _in_hash_range(as_int(name, value), name)
+
+
+def _in_hash_range(number: int, name: str) -> int:
     if not HASH_MIN <= number < HASH_LIMIT:
         msg = f"{name} = {number} is outside the 64-bit hash range [-2**63, 2**64)"
         raise InvalidInputError(msg)
@@ -52,28 +52,25 @@ def parent_hash(value: Any) -> int | None:
 
 
 def block_hashes(obj: Any) -> list[int]:
-    """A sequence (or 1-D integer array) of hashes as unsigned 64-bit ints."""
-    if isinstance(obj, (str, bytes)) or not hasattr(obj, "__len__"):
-        msg = f"block_hashes must be a sequence of integers, got {type(obj).__name__}"
-        raise InputTypeError(msg)
-    if isinstance(obj, np.ndarray):
-        if obj.ndim != 1:
-            msg = f"block_hashes must be 1-D, got an array with {obj.ndim} dimensions"
-            raise InvalidInputError(msg)
-        if obj.size and obj.dtype.kind not in "iu":
-            msg = f"block_hashes must hold integers, got dtype {obj.dtype}"
-            raise InputTypeError(msg)
-        return [int(x) % HASH_LIMIT for x in obj.tolist()]
-    return [block_hash(v, f"block_hashes[{i}]") for i, v in enumerate(obj)]
+    """A sequence (or 1-D integer array) of hashes as unsigned 64-bit ints.
+
+    The input rules are those of keys (:mod:`radixmeta._keys`): exact lists and
+    tuples element by element, arrays through numpy, anything else copied first.
+    """
+    seq = as_sequence(obj, "block_hashes")
+    if isinstance(seq, np.ndarray):
+        return [int(x) % HASH_LIMIT for x in seq.tolist()]
+    return [
+        _in_hash_range(element(item, "block_hashes", i), f"block_hashes[{i}]")
+        for i, item in enumerate(tuple(seq))
+    ]
 
 
 def check_tier(tier: Any) -> None:
-    if isinstance(tier, bool) or not isinstance(tier, (int, np.integer)):
-        msg = f"tier must be an integer, got {type(tier).__name__}"
-        raise InputTypeError(msg)
-    if int(tier) != 0:
+    number = as_int("tier", tier)
+    if number != 0:
         msg = (
-            f"tier {int(tier)} is not supported: only the device tier (0) is modelled, "
+            f"tier {number} is not supported: only the device tier (0) is modelled, "
             "and host or disk residency must not be counted as a device hit"
         )
         raise InvalidInputError(msg)

@@ -1,5 +1,5 @@
 # Hand-written stubs for the native extension radixmeta._core.
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ class MatchResult:
     @property
     def length(self) -> int: ...
     @property
-    def values(self) -> npt.NDArray[np.int64]: ...
+    def values(self) -> npt.NDArray[np.int64] | None: ...
     @property
     def node(self) -> Node: ...
 
@@ -28,8 +28,15 @@ class EvictResult:
 
 class CacheCore:
     def __init__(
-        self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
+        self,
+        page_size: int = 1,
+        *,
+        eviction: str = "lru",
+        capacity: int | None = None,
+        on_evict: Callable[[npt.NDArray[np.int64]], object] | None = None,
     ) -> None: ...
+    @property
+    def on_evict(self) -> Callable[[npt.NDArray[np.int64]], object] | None: ...
     @property
     def page_size(self) -> int: ...
     @property
@@ -46,7 +53,9 @@ class CacheCore:
     def node_count(self) -> int: ...
     @property
     def stats(self) -> CacheStats: ...
-    def match_prefix(self, key: object, *, namespace: Hashable = None) -> MatchResult: ...
+    def match_prefix(
+        self, key: object, *, namespace: Hashable = None, values: bool = True
+    ) -> MatchResult: ...
     def insert(
         self,
         key: object,

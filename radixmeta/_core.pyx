@@ -35,12 +35,20 @@ from radixmeta._radix_tree cimport (
 )
 
 import itertools
-import operator
+import warnings
 
 import numpy as np
 
-from radixmeta._keys import check_int, check_priority
-from radixmeta._types import EVICTION_POLICIES, CacheStats
+from radixmeta._keys import (
+    as_sequence,
+    check_flag,
+    check_int,
+    check_key_length,
+    check_page_size,
+    check_priority,
+    element,
+)
+from radixmeta._types import EVICTION_POLICIES, TAKE_EVICTED_DEPRECATION, CacheStats
 from radixmeta.errors import (
     CacheFullError,
     ForeignNodeError,
@@ -60,30 +68,34 @@ cdef extern from "Python.h":
     bint PyLong_CheckExact(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
     PyObject** PySequence_Fast_ITEMS(object o)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    bint PyIndex_Check(object o)
+    bint PyBool_Check(object o)
+    object PyNumber_Index(object o)
+
+cdef extern from "_pyint.h":
+    Py_ssize_t rm_exact_tokens(PyObject** items, Py_ssize_t n, uint32_t* dst)
+    Py_ssize_t rm_exact_int64(PyObject** items, Py_ssize_t n, int64_t* dst)
+    Py_ssize_t rm_exact_hashes(PyObject** items, Py_ssize_t n, uint64_t* dst)
 
 cdef object _owner_ids = itertools.count(1)
 cdef uint32_t _NO_NAMESPACE = 0xFFFFFFFE  # an id never assigned: "no such namespace"
 
 
 # -- argument conversion -------------------------------------------------------------
+# The rules are those of radixmeta/_keys.py, which the reference follows: exact
+# lists and tuples are read here in compiled code, arrays in place, and anything
+# else is first normalised by _keys.as_sequence (a list copy, or a checked array).
 
-cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
-    """The array form of a non-list argument, checked to be 1-D of an integer dtype."""
-    cdef cnp.ndarray arr
-    if cnp.PyArray_Check(obj):  # the common case first
-        arr = <cnp.ndarray>obj
-    elif isinstance(obj, (str, bytes)):
-        raise InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
-    else:
-        try:
-            arr = np.asarray(obj)
-        except Exception as exc:
-            raise InputTypeError(
-                f"{name} must be a sequence of integers, got {type(obj).__name__}"
-            ) from exc
-    if cnp.PyArray_NDIM(arr) == 0:  # a scalar, None, or an object numpy cannot read
-        raise InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
+cdef inline bint _exact_list_or_tuple(object obj):
+    return type(obj) is list or type(obj) is tuple
+
+
+cdef cnp.ndarray _integer_array(cnp.ndarray arr, str name):
+    """A 1-D integer array as the core reads it: native byte order, C-contiguous, 4+ bytes."""
     if cnp.PyArray_NDIM(arr) != 1:
+        if cnp.PyArray_NDIM(arr) == 0:
+            raise InputTypeError(f"{name} must be a sequence of integers, got {type(arr).__name__}")
         raise InvalidInputError(
             f"{name} must be 1-D, got an array with {cnp.PyArray_NDIM(arr)} dimensions"
         )
@@ -102,58 +114,70 @@ cdef cnp.ndarray _as_1d_integer_array(object obj, str name):
     return arr
 
 
-cdef object _list_item(object item, Py_ssize_t i, str name):
-    """A non-int list element as a Python int, or the library's type error."""
-    if isinstance(item, float) or not hasattr(item, "__index__"):
-        raise InputTypeError(f"{name}[{i}] must be an integer, got {type(item).__name__}")
-    return operator.index(item)
+cdef object _normalised(object obj, str name):
+    """obj as an exact list or tuple, or as a checked 1-D integer array."""
+    if _exact_list_or_tuple(obj):
+        return obj
+    if not cnp.PyArray_Check(obj):
+        obj = as_sequence(obj, name)  # copies a list subclass: its __len__ may lie
+        if _exact_list_or_tuple(obj):
+            return obj
+    return _integer_array(<cnp.ndarray>obj, name)
+
+
+cdef int _check_key_length(Py_ssize_t n) except -1:
+    if n > 0xFFFFFFFF:
+        check_key_length(n)  # raises the library's error, as the reference does
+    return 0
+
+
+cdef object _np_bool = np.bool_
+
+
+cdef inline object _element(object item, str name, Py_ssize_t i):
+    """_keys.element in compiled code: the common integer-like objects without a Python call."""
+    if PyIndex_Check(item) and not PyBool_Check(item) and type(item) is not _np_bool:
+        return PyNumber_Index(item)
+    return element(item, name, i)  # raises the library's error (or takes a rare subclass)
+
+
+cdef int _tokens_one_by_one(tuple items, Py_ssize_t i, uint32_t* dst) except -1:
+    """Convert items[i:] into dst, element by element from i (the slow path)."""
+    cdef Py_ssize_t n = len(items)
+    cdef PyObject** base = PySequence_Fast_ITEMS(items)
+    while i < n:
+        value = _element(items[i], "key", i)
+        if not 0 <= value <= 0xFFFFFFFF:
+            raise InvalidInputError(f"key[{i}] = {value} is outside the token range [0, 2**32)")
+        dst[i] = <uint32_t>value
+        i += 1
+        i += rm_exact_tokens(base + i, n - i, dst + i)
+    return 0
 
 
 cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t** data,
                          size_t* n):
     """Point *data at key as uint32 tokens; returns the object owning the memory."""
-    cdef Py_ssize_t i, length, bad = -1
-    cdef PyObject** items
-    cdef object item, value, bad_value = None
-    cdef long long v
-    cdef int overflow
+    cdef Py_ssize_t length, done
     cdef cnp.ndarray arr
-    cdef char kind
-    if isinstance(key, (list, tuple)):
-        length = len(key)
+    key = _normalised(key, "key")
+    if not cnp.PyArray_Check(key):
+        length = PySequence_Fast_GET_SIZE(key)  # an exact list or tuple: the size is true
+        _check_key_length(length)
         scratch.resize(length)
-        items = PySequence_Fast_ITEMS(key)
-        # Type errors win over range errors, and the first of each is reported.
-        for i in range(length):
-            item = <object>items[i]
-            if PyLong_CheckExact(item):
-                v = PyLong_AsLongLongAndOverflow(item, &overflow)
-                if overflow == 0 and 0 <= v <= 0xFFFFFFFF:
-                    scratch[0][i] = <uint32_t>v
-                    continue
-                value = item
-            else:
-                # __index__ may run code that resizes the list under our
-                # pointer: go on over a frozen copy (a tuple is its own copy).
-                key = tuple(key)
-                items = PySequence_Fast_ITEMS(key)
-                value = _list_item(item, i, "key")
-                if 0 <= value <= 0xFFFFFFFF:
-                    scratch[0][i] = <uint32_t>value
-                    continue
-            if bad < 0:
-                bad, bad_value = i, value
-        if bad >= 0:
-            raise InvalidInputError(f"key[{bad}] = {bad_value} is outside the token range [0, 2**32)")
+        done = rm_exact_tokens(PySequence_Fast_ITEMS(key), length, scratch.data())
+        if done < length:  # __index__ may run code that changes the list: use a snapshot
+            _tokens_one_by_one(tuple(key), done, scratch.data())
         data[0] = scratch.data()
         n[0] = length
-        return None
-    arr = _as_1d_integer_array(key, "key")
+        return key
+    arr = <cnp.ndarray>key
     length = cnp.PyArray_DIM(arr, 0)
-    kind = arr.descr.kind
+    _check_key_length(length)
     n[0] = length
     if cnp.PyArray_ITEMSIZE(arr) == 4:
-        if kind == b'i' and not all_non_negative(<const int32_t*>cnp.PyArray_DATA(arr), length):
+        if arr.descr.kind == b'i' and not all_non_negative(
+                <const int32_t*>cnp.PyArray_DATA(arr), length):
             _raise_token_range(arr)
         # int32 without negatives has the same bits as uint32: use it in place.
         data[0] = <const uint32_t*>cnp.PyArray_DATA(arr)
@@ -171,45 +195,39 @@ cdef int _raise_token_range(cnp.ndarray arr) except -1:
     raise InvalidInputError(f"key[{bad}] = {arr[bad]} is outside the token range [0, 2**32)")
 
 
+cdef int _values_one_by_one(tuple items, Py_ssize_t i, int64_t* dst) except -1:
+    """Convert items[i:] into dst, element by element from i (the slow path)."""
+    cdef Py_ssize_t n = len(items)
+    cdef PyObject** base = PySequence_Fast_ITEMS(items)
+    while i < n:
+        value = _element(items[i], "values", i)
+        if not -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
+            raise InvalidInputError(f"values[{i}] = {value} is outside the int64 range")
+        dst[i] = <int64_t>value
+        i += 1
+        i += rm_exact_int64(base + i, n - i, dst + i)
+    return 0
+
+
 cdef object _load_values(object values, size_t key_length, vector[int64_t]* scratch,
                          const int64_t** data):
     """Point *data at values as int64; returns the object owning the memory."""
-    cdef Py_ssize_t i, length, bad = -1
-    cdef PyObject** items
-    cdef object item, value, bad_value = None
-    cdef long long v
-    cdef int overflow
+    cdef Py_ssize_t i, length, done
     cdef cnp.ndarray arr
     cdef const int32_t* p32
     cdef const uint32_t* pu32
     cdef const uint64_t* pu64
-    if isinstance(values, (list, tuple)):
-        length = len(values)
-        scratch.resize(length)
-        items = PySequence_Fast_ITEMS(values)
-        for i in range(length):
-            item = <object>items[i]
-            if PyLong_CheckExact(item):
-                v = PyLong_AsLongLongAndOverflow(item, &overflow)
-                if overflow == 0:
-                    scratch[0][i] = v
-                    continue
-                value = item
-            else:
-                values = tuple(values)  # frozen against __index__ side effects, as above
-                items = PySequence_Fast_ITEMS(values)
-                value = _list_item(item, i, "values")
-                if -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
-                    scratch[0][i] = <int64_t>value
-                    continue
-            if bad < 0:
-                bad, bad_value = i, value
+    values = _normalised(values, "values")
+    if not cnp.PyArray_Check(values):
+        length = PySequence_Fast_GET_SIZE(values)
         _check_values_length(length, key_length)
-        if bad >= 0:
-            raise InvalidInputError(f"values[{bad}] = {bad_value} is outside the int64 range")
+        scratch.resize(length)
+        done = rm_exact_int64(PySequence_Fast_ITEMS(values), length, scratch.data())
+        if done < length:
+            _values_one_by_one(tuple(values), done, scratch.data())
         data[0] = scratch.data()
-        return None
-    arr = _as_1d_integer_array(values, "values")
+        return values
+    arr = <cnp.ndarray>values
     length = cnp.PyArray_DIM(arr, 0)
     _check_values_length(length, key_length)
     kind = arr.descr.kind
@@ -299,14 +317,18 @@ cdef class Node:
 
 @cython.freelist(16)
 cdef class MatchResult:
-    """Result of ``match_prefix``: ``length``, ``values`` and ``node``."""
+    """Result of ``match_prefix``: ``length``, ``values`` and ``node``.
+
+    ``values`` is None when the match was asked with ``values=False``.
+    """
 
     cdef readonly object length
-    cdef readonly cnp.ndarray values
+    cdef readonly object values
     cdef readonly Node node
 
     def __repr__(self):
-        return f"MatchResult(length={self.length}, values=<{len(self.values)} int64>)"
+        shown = "None" if self.values is None else f"<{len(self.values)} int64>"
+        return f"MatchResult(length={self.length}, values={shown})"
 
 
 @cython.freelist(16)
@@ -329,19 +351,27 @@ cdef class CacheCore:
     cdef uint64_t _owner
     cdef str _eviction
     cdef object _capacity
-    cdef dict _ns_ids  # namespace object -> dense id (0 is None)
+    cdef object _on_evict
+    # Namespace object -> dense id (0 is None), and back. An id is recycled once
+    # the core frees its namespace's root, so both stay as small as the live set.
+    cdef dict _ns_ids
+    cdef dict _ns_names
+    cdef list _free_ns_ids
+    # Slots the last insert freed for capacity, only for the deprecated
+    # take_evicted() when there is no on_evict: never more than one call's worth.
+    cdef object _last_evicted
 
-    def __cinit__(self, page_size=1, *, eviction="lru", capacity=None):
-        cdef uint32_t page = 0
-        page_size = check_int("page_size", page_size, 1)
-        if page_size > 0xFFFFFFFF:
-            raise InvalidInputError(f"page_size must be < 2**32, got {page_size}")
-        page = page_size
+    def __cinit__(self, page_size=1, *, eviction="lru", capacity=None, on_evict=None):
+        cdef uint32_t page = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             raise InvalidInputError(f"eviction must be one of {allowed}, got {eviction!r}")
         if capacity is not None:
             capacity = check_int("capacity", capacity, 0)
+        if on_evict is not None and not callable(on_evict):
+            raise InputTypeError(
+                f"on_evict must be callable or None, got {type(on_evict).__name__}"
+            )
         # A policy's position in EVICTION_POLICIES is its C++ EvictionPolicy value.
         self._tree.reset(new RadixTree(
             page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
@@ -350,7 +380,13 @@ cdef class CacheCore:
         self._owner = next(_owner_ids)
         self._eviction = eviction
         self._capacity = capacity
-        self._ns_ids = {None: 0}
+        self._on_evict = on_evict
+        self._forget_namespaces()
+        self._last_evicted = None
+
+    def __reduce__(self):
+        # The tree lives in C++ memory: a copy would need a deep, versioned format.
+        raise TypeError(f"cannot pickle or copy {type(self).__name__!r} object")
 
     # -- properties ----------------------------------------------------------------
     @property
@@ -367,6 +403,11 @@ cdef class CacheCore:
     def capacity(self):
         """The capacity in tokens, or None."""
         return self._capacity
+
+    @property
+    def on_evict(self):
+        """The callback that receives slots the cache frees on its own, or None."""
+        return self._on_evict
 
     @property
     def evictable_size(self):
@@ -403,9 +444,33 @@ cdef class CacheCore:
             return ns
         if not create:
             return _NO_NAMESPACE
-        ns = len(self._ns_ids)
+        ns = self._free_ns_ids.pop() if self._free_ns_ids else len(self._ns_ids)
         self._ns_ids[namespace] = ns
+        self._ns_names[ns] = namespace
         return ns
+
+    cdef void _forget_namespaces(self):
+        self._ns_ids = {None: 0}
+        self._ns_names = {0: None}
+        self._free_ns_ids = []
+
+    cdef int _release_namespace(self, uint32_t ns) except -1:
+        """Forget namespace id ns if the core holds no root for it (it may have one again)."""
+        if ns != 0 and self._tree.get().root_of(ns) == kNoNode and ns in self._ns_names:
+            del self._ns_ids[self._ns_names.pop(ns)]
+            self._free_ns_ids.append(ns)
+        return 0
+
+    cdef int _release_dropped_namespaces(self) except -1:
+        cdef vector[uint32_t] dropped = self._tree.get().take_dropped_namespaces()
+        for ns in dropped:
+            if self._tree.get().root_of(ns) == kNoNode:
+                self._release_namespace(ns)
+            else:  # emptied, then created anew by the same insert: it is a new namespace
+                name = self._ns_names[ns]
+                del self._ns_ids[name]
+                self._ns_ids[name] = ns
+        return 0
 
     cdef uint32_t _node_index(self, object node) except? 0xFFFFFFFF:
         if type(node) is not Node:
@@ -419,47 +484,51 @@ cdef class CacheCore:
             )
         return handle._index
 
-    cdef Node _handle(self, uint32_t index, uint64_t generation, uint32_t length):
+    cdef Node _handle(self, uint32_t index, uint64_t generation, uint64_t epoch, uint32_t length):
         """A handle from fields read while the tree was not yet handed back to Python."""
         cdef Node handle = Node.__new__(Node)
         handle._owner = self._owner
-        handle._epoch = self._tree.get().epoch()
+        handle._epoch = epoch
         handle._index = index
         handle._generation = generation
         handle._length = length
         return handle
 
     # -- core API --------------------------------------------------------------------
-    def match_prefix(self, key, *, namespace=None):
+    def match_prefix(self, key, *, namespace=None, values=True):
         """Longest cached prefix of ``key`` (whole pages), as a ``MatchResult``.
 
         Refreshes the recency of the matched path and splits the edge where the
-        match ends inside it. Complexity: O(len(key) + nodes on the path).
+        match ends inside it. With ``values=False`` the slots are not gathered
+        (``values`` is None): the call for a caller that needs only the length.
+        Complexity: O(len(key) + nodes on the path).
         """
         cdef vector[uint32_t] scratch
         cdef const uint32_t* data = NULL
         cdef size_t n = 0
         owner = _load_tokens(key, &scratch, &data, &n)
+        cdef bint gather = values is True or check_flag("values", values)
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef RadixTree* tree = self._tree.get()
         # Creating a Python object can run arbitrary code (a collection runs
         # finalizers, which may use this cache), so the values buffer exists
-        # before the walk and every read of the tree happens before any other
-        # object is made: the call stays atomic.
-        cdef cnp.ndarray buffer = _new_int64(n)
+        # before the walk and every read of the tree, the epoch included,
+        # happens before any other object is made: the call stays atomic.
+        cdef cnp.ndarray buffer = _new_int64(n) if gather else None
         cdef MatchOutcome m = tree.match_prefix(ns, data, n)
         cdef uint64_t generation = tree.node(m.node).generation
+        cdef uint64_t epoch = tree.epoch()
         cdef uint32_t depth = tree.node(m.node).depth
-        if m.length:
+        if gather and m.length:
             tree.path_values(m.node, <int64_t*>cnp.PyArray_DATA(buffer))
-        cdef cnp.ndarray values = buffer
-        if m.length != n:  # values are out of the tree already: an exact copy is safe now
-            values = _new_int64(m.length)
-            memcpy(cnp.PyArray_DATA(values), cnp.PyArray_DATA(buffer), m.length * sizeof(int64_t))
+        cdef cnp.ndarray gathered = buffer
+        if gather and m.length != n:  # the values are out of the tree: a copy is safe now
+            gathered = _new_int64(m.length)
+            memcpy(cnp.PyArray_DATA(gathered), cnp.PyArray_DATA(buffer), m.length * sizeof(int64_t))
         cdef MatchResult result = MatchResult.__new__(MatchResult)
         result.length = m.length
-        result.values = values
-        result.node = self._handle(m.node, generation, depth)
+        result.values = gathered
+        result.node = self._handle(m.node, generation, epoch, depth)
         return result
 
     def insert(self, key, values=None, *, namespace=None, priority=0):
@@ -481,17 +550,34 @@ cdef class CacheCore:
             prio = priority
         else:
             prio = check_priority(priority)
-        new_namespace = namespace is not None and namespace not in self._ns_ids
         cdef uint32_t ns = self._namespace_id(namespace, True)
-        cdef InsertOutcome out = self._tree.get().insert(ns, data, value_data, n, prio)
-        cdef uint64_t total = self._tree.get().total_size()
+        cdef RadixTree* tree = self._tree.get()
+        cdef InsertOutcome out = tree.insert(ns, data, value_data, n, prio)
+        cdef uint64_t total = tree.total_size()
+        # Out of the core before any object is made: the slots this call freed
+        # for capacity, and the namespaces it emptied (or did not create).
+        cdef vector[int64_t]* freed
+        evicted = None
+        if tree.pending_evicted_mutable().size():
+            freed = new vector[int64_t]()
+            freed.swap(tree.pending_evicted_mutable())
+            try:
+                evicted = _adopt_int64(freed)
+            except BaseException:
+                del freed
+                raise
+            self._release_dropped_namespaces()
+        if ns != 0:
+            self._release_namespace(ns)
         if not out.fits:
-            if new_namespace:  # a failed call creates nothing, not even a namespace
-                del self._ns_ids[namespace]
             raise CacheFullError(
                 f"cannot fit {out.new_tokens} new tokens under capacity {self._capacity}: "
                 f"{total} cached, {out.evictable} evictable"
             )
+        if self._on_evict is None:
+            self._last_evicted = evicted
+        elif evicted is not None:
+            self._on_evict(evicted)
         return out.prefix_length
 
     def lock(self, node):
@@ -528,25 +614,38 @@ cdef class CacheCore:
         except BaseException:
             del freed
             raise
+        self._release_dropped_namespaces()
         cdef EvictResult result = EvictResult.__new__(EvictResult)
         result.values = values
         result.count = len(values)
         return result
 
     def take_evicted(self):
-        """Slots freed by capacity-driven eviction since the last call, in eviction order."""
-        cdef vector[int64_t]* taken = new vector[int64_t]()
-        taken.swap(self._tree.get().pending_evicted_mutable())  # atomically empties the queue
-        try:
-            return _adopt_int64(taken)
-        except BaseException:
-            del taken
-            raise
+        """Deprecated: the slots the most recent insert freed for capacity, not yet taken."""
+        warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
+        taken = self._last_evicted
+        self._last_evicted = None
+        return _new_int64(0) if taken is None else taken
 
     def reset(self):
-        """Empty the cache and its counters; every existing handle becomes stale. O(n)."""
-        self._tree.get().reset()
-        self._ns_ids = {None: 0}
+        """Empty the cache and its counters; every existing handle becomes stale. O(n).
+
+        With ``on_evict``, every slot the cache held is handed to it afterwards.
+        """
+        cdef vector[int64_t]* held = new vector[int64_t]()
+        try:
+            if self._on_evict is not None:  # namespace by namespace, in namespaces() order
+                for ns in self._ns_ids.values():
+                    self._tree.get().values_in_order(ns, held)
+            self._tree.get().reset()
+            self._forget_namespaces()
+            self._last_evicted = None
+            slots = _adopt_int64(held)
+        except BaseException:
+            del held
+            raise
+        if len(slots):
+            self._on_evict(slots)
 
     def items(self, *, namespace=None):
         """Every leaf's full prefix and values, in lexicographic order of the prefix."""
@@ -608,7 +707,7 @@ cdef class CacheCore:
         return out
 
     def namespaces(self):
-        """Namespaces that have a root (None, the default, always does)."""
+        """Namespaces that hold a page, in order of creation (None, the default, always listed)."""
         cdef RadixTree* tree = self._tree.get()
         return [ns for ns, i in self._ns_ids.items() if tree.root_of(i) != kNoNode]
 

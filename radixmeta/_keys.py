@@ -1,8 +1,27 @@
-"""Plain-Python conversion of keys and values, used by the reference implementation.
+"""The input rules for keys, values and integer arguments, written once for both cores.
 
-The native layer (``_core.pyx``) performs the same checks in compiled code; the
-two must raise the same exception types with the same messages, which
-``tests/test_errors.py`` asserts.
+The reference implementation converts with these functions; the native layer
+(``_core.pyx``) converts exact lists, tuples and arrays in compiled code and
+calls :func:`as_sequence` for everything else, so the two raise the same
+exception types with the same messages (``tests/test_errors.py`` and
+``tests/test_hostile_inputs.py`` assert it). The rules:
+
+* An exact ``list`` or ``tuple`` is converted element by element, in order,
+  from a snapshot taken when the call starts (an element's ``__index__`` may
+  change the container; the call sees it as it was).
+* A numpy array, an object with the buffer protocol, or one that numpy reads
+  through ``__array__`` / ``__array_interface__`` (torch tensors) is read as an
+  array: 1-D, of an integer dtype (bool is not one).
+* ``str``, ``bytes`` and ``bytearray`` are refused: text is not token ids
+  (``numpy.frombuffer(data, numpy.uint8)`` states byte tokens explicitly).
+* Anything else (list and tuple subclasses, ``range``, ``deque``, generators)
+  is first copied with ``list(x)``, so a lying ``__len__`` or ``__getitem__``
+  can never make the native core read out of bounds.
+* Elements are converted in order and the first failure raises, naming its
+  position. An element is an exact ``int`` or any object with ``__index__``
+  except ``bool``; an exception raised by ``__index__`` propagates unchanged.
+* An integer argument (``page_size``, ``priority``, ``start``, a hash...) is
+  any object with ``__index__`` except ``bool``.
 """
 
 from __future__ import annotations
@@ -15,84 +34,166 @@ import numpy as np
 from radixmeta.errors import InputTypeError, InvalidInputError
 
 TOKEN_LIMIT = 2**32
+MAX_KEY_TOKENS = 2**32 - 1  # the cores store a key's length in 32 bits
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
+_TEXT = (str, bytes, bytearray)
+_BOOLS = (bool, np.bool_)
 
-def _as_integer_list(obj: Any, name: str) -> list[int]:
-    """Return the integers of a 1-D key or values argument, or raise."""
-    if isinstance(obj, (str, bytes)):
-        msg = f"{name} must be a sequence of integers, got {type(obj).__name__}"
-        raise InputTypeError(msg)
-    if not isinstance(obj, (list, tuple)):
+
+def _not_a_sequence(name: str, obj: Any) -> InputTypeError:
+    return InputTypeError(f"{name} must be a sequence of integers, got {type(obj).__name__}")
+
+
+def _is_array_like(obj: Any) -> bool:
+    if isinstance(obj, np.ndarray) or hasattr(obj, "__array__"):
+        return True
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array_struct__"):
+        return True
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
+def as_sequence(obj: Any, name: str) -> list[Any] | tuple[Any, ...] | np.ndarray:
+    """``obj`` as an exact list or tuple, or as a 1-D integer array (checked).
+
+    Parameters
+    ----------
+    obj : object
+        A key, values or block-hash argument.
+    name : str
+        The argument's name in error messages.
+
+    Raises
+    ------
+    InputTypeError
+        ``obj`` is text, a scalar, not iterable, or an array of a non-integer dtype.
+    InvalidInputError
+        ``obj`` is an array of more than one dimension.
+    """
+    kind = type(obj)
+    if kind is list or kind is tuple:
+        return obj  # type: ignore[no-any-return]
+    if isinstance(obj, _TEXT):
+        raise _not_a_sequence(name, obj)
+    if not _is_array_like(obj):
         try:
-            arr = np.asarray(obj)
-        except Exception as exc:  # an object numpy cannot read at all
-            msg = f"{name} must be a sequence of integers, got {type(obj).__name__}"
-            raise InputTypeError(msg) from exc
-        if arr.ndim == 0:  # a scalar, None, or an object numpy cannot read
-            msg = f"{name} must be a sequence of integers, got {type(obj).__name__}"
-            raise InputTypeError(msg)
-        if arr.ndim != 1:
-            msg = f"{name} must be 1-D, got an array with {arr.ndim} dimensions"
-            raise InvalidInputError(msg)
-        if arr.size == 0 and arr.dtype.kind == "f":
-            return []  # np.asarray([]) and np.asarray(range(0)) are float64: still no tokens
-        if arr.dtype.kind not in "iu":
-            msg = f"{name} must hold integers, got dtype {arr.dtype}"
-            raise InputTypeError(msg)
-        return [int(x) for x in arr.tolist()]
+            return list(obj)
+        except TypeError as exc:  # not iterable: a scalar, None, an arbitrary object
+            raise _not_a_sequence(name, obj) from exc
+    try:
+        arr = np.asarray(obj)
+    except Exception as exc:  # an object numpy cannot read at all
+        raise _not_a_sequence(name, obj) from exc
+    if arr.ndim == 0:  # a numpy scalar, or an object numpy wrapped as one
+        raise _not_a_sequence(name, obj)
+    if arr.ndim != 1:
+        msg = f"{name} must be 1-D, got an array with {arr.ndim} dimensions"
+        raise InvalidInputError(msg)
+    if arr.size == 0 and arr.dtype.kind == "f":
+        return np.empty(0, dtype=np.int64)  # np.asarray([]) is float64: still no integers
+    if arr.dtype.kind not in "iu":
+        msg = f"{name} must hold integers, got dtype {arr.dtype}"
+        raise InputTypeError(msg)
+    return arr
+
+
+def element(item: Any, name: str, index: int) -> int:
+    """One element of a list or tuple as a Python int (``__index__`` is honoured)."""
+    if type(item) is int:
+        return item
+    if isinstance(item, _BOOLS) or not hasattr(type(item), "__index__"):
+        msg = f"{name}[{index}] must be an integer, got {type(item).__name__}"
+        raise InputTypeError(msg)
+    return operator.index(item)
+
+
+def _integers(
+    seq: list[Any] | tuple[Any, ...] | np.ndarray, name: str, low: int, high: int, what: str
+) -> tuple[int, ...]:
+    """The elements of a sequence from :func:`as_sequence` as ints in ``[low, high]``."""
+    if isinstance(seq, np.ndarray):
+        ints: list[int] = seq.tolist()
+        items: tuple[Any, ...] = tuple(ints)
+    else:
+        items = tuple(seq)  # a snapshot: an element's __index__ may change the list
     out = []
-    for i, item in enumerate(obj):
-        if isinstance(item, float) or not hasattr(item, "__index__"):
-            msg = f"{name}[{i}] must be an integer, got {type(item).__name__}"
-            raise InputTypeError(msg)
-        out.append(operator.index(item))
-    return out
+    for i, item in enumerate(items):
+        value = element(item, name, i)
+        if not low <= value <= high:
+            msg = f"{name}[{i}] = {value} is outside {what}"
+            raise InvalidInputError(msg)
+        out.append(value)
+    return tuple(out)
+
+
+def check_key_length(n: int) -> None:
+    """Refuse a key longer than the cores can index (2**32 - 1 tokens)."""
+    if n > MAX_KEY_TOKENS:
+        msg = f"key has {n} tokens; keys are limited to 2**32 - 1 tokens"
+        raise InvalidInputError(msg)
 
 
 def tokens(obj: Any) -> tuple[int, ...]:
     """Convert a key to a tuple of token ids in ``[0, 2**32)``."""
-    ints = _as_integer_list(obj, "key")
-    for i, value in enumerate(ints):
-        if not 0 <= value < TOKEN_LIMIT:
-            msg = f"key[{i}] = {value} is outside the token range [0, 2**32)"
-            raise InvalidInputError(msg)
-    return tuple(ints)
+    seq = as_sequence(obj, "key")
+    check_key_length(len(seq))  # before converting: a too-long array is never read
+    return _integers(seq, "key", 0, TOKEN_LIMIT - 1, "the token range [0, 2**32)")
 
 
 def values(obj: Any, key_length: int) -> tuple[int, ...]:
     """Convert KV slot values to a tuple of int64, checking the length against the key."""
-    ints = _as_integer_list(obj, "values")
-    if len(ints) != key_length:
-        msg = f"values must have the same length as the key ({key_length}), got {len(ints)}"
+    seq = as_sequence(obj, "values")
+    if len(seq) != key_length:
+        msg = f"values must have the same length as the key ({key_length}), got {len(seq)}"
         raise InvalidInputError(msg)
-    for i, value in enumerate(ints):
-        if not INT64_MIN <= value <= INT64_MAX:
-            msg = f"values[{i}] = {value} is outside the int64 range"
-            raise InvalidInputError(msg)
-    return tuple(ints)
+    return _integers(seq, "values", INT64_MIN, INT64_MAX, "the int64 range")
+
+
+def as_int(name: str, value: Any) -> int:
+    """An integer argument: an ``int`` or any object with ``__index__``, never a bool."""
+    if type(value) is int:
+        return value
+    if isinstance(value, _BOOLS) or not hasattr(type(value), "__index__"):
+        msg = f"{name} must be an integer, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    return operator.index(value)
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """Validate an integer argument (not bool) that must be at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    number = int(value)
+    """Validate an integer argument that must be at least ``minimum``."""
+    number = as_int(name, value)
     if number < minimum:
         msg = f"{name} must be >= {minimum}, got {number}"
         raise InvalidInputError(msg)
     return number
 
 
+def check_page_size(value: Any) -> int:
+    """Validate ``page_size``: an integer in ``[1, 2**32)``, the same rule for both trees."""
+    number = check_int("page_size", value, 1)
+    if number >= TOKEN_LIMIT:
+        msg = f"page_size must be < 2**32, got {number}"
+        raise InvalidInputError(msg)
+    return number
+
+
 def check_priority(value: Any) -> int:
     """Validate an eviction priority: any int64."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"priority must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    number = int(value)
+    number = as_int("priority", value)
     if not INT64_MIN <= number <= INT64_MAX:
         msg = f"priority = {number} is outside the int64 range"
         raise InvalidInputError(msg)
     return number
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A keyword that must be exactly ``True`` or ``False``."""
+    if value is not True and value is not False:
+        msg = f"{name} must be a bool, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    return value

@@ -6,14 +6,10 @@ from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRe
 from radixmeta import _blocks
 from radixmeta._blocks import BlockStatus
 from radixmeta._workers import WorkerId, WorkerTable, resolve_in
-from radixmeta.errors import RadixMetaError
 
 import threading
 
 cdef object _HASH_LIMIT = 2**64
-# What a bad record can raise while it is converted: the library's errors, and
-# those of user objects posing as sequences or integers.
-cdef tuple _RECORD_ERRORS = (RadixMetaError, TypeError, ValueError, OverflowError)
 cdef object _WorkerId = WorkerId
 
 
@@ -30,10 +26,6 @@ cdef object _load_hashes(object hashes, vector[uint64_t]* scratch, const uint64_
                          size_t* n):
     """Point *data at block hashes as uint64; returns the object owning the memory."""
     cdef Py_ssize_t i, length
-    cdef PyObject** items
-    cdef object item
-    cdef long long v
-    cdef int overflow
     cdef cnp.ndarray arr
     if cnp.PyArray_Check(hashes):
         arr = <cnp.ndarray>hashes
@@ -44,27 +36,15 @@ cdef object _load_hashes(object hashes, vector[uint64_t]* scratch, const uint64_
             data[0] = <const uint64_t*>cnp.PyArray_DATA(arr)
             n[0] = cnp.PyArray_DIM(arr, 0)
             return arr  # signed hashes are read as their two's complement, in place
-    elif isinstance(hashes, list):
-        length = len(hashes)
+    elif _exact_list_or_tuple(hashes):
+        length = PySequence_Fast_GET_SIZE(hashes)  # an exact list or tuple: the size is true
         scratch.resize(length)
-        items = PySequence_Fast_ITEMS(hashes)
-        for i in range(length):
-            item = <object>items[i]
-            if not PyLong_CheckExact(item):
-                break
-            v = PyLong_AsLongLongAndOverflow(item, &overflow)
-            if overflow == 0:
-                scratch[0][i] = <uint64_t>v
-            elif 0 <= item < _HASH_LIMIT:
-                scratch[0][i] = <uint64_t>item
-            else:
-                break
-        else:
+        if rm_exact_hashes(PySequence_Fast_ITEMS(hashes), length, scratch.data()) == length:
             data[0] = scratch.data()
             n[0] = length
-            return None
-    # Anything else (tuples, other dtypes, bad values): the shared converter
-    # raises the same errors as the reference, or converts.
+            return hashes
+    # Anything else (subclasses, other dtypes, large or bad values): the shared
+    # converter applies the input rules and raises the reference's errors.
     converted = _blocks.block_hashes(hashes)
     scratch.resize(len(converted))
     for i, item in enumerate(converted):
@@ -86,6 +66,36 @@ cdef cnp.ndarray _uint32_copy(const vector[uint32_t]& tokens, size_t begin, size
     if end > begin:
         memcpy(cnp.PyArray_DATA(arr), tokens.data() + begin, (end - begin) * sizeof(uint32_t))
     return arr
+
+
+cdef struct _NodeRecords:
+    # What items() and dump() read out of the tree, flat, before any object is made.
+    vector[uint32_t] paths
+    vector[size_t] ends
+    vector[uint32_t] starts
+    vector[uint32_t] holders
+    vector[size_t] holder_ends
+
+
+cdef list _records_as_items(_NodeRecords* records, tuple table):
+    out = []
+    cdef size_t k, begin = 0, first = 0
+    for k in range(records.ends.size()):
+        key = _uint32_copy(records.paths, begin, records.ends[k])
+        holders = tuple(table[records.holders[i]]
+                        for i in range(first, records.holder_ends[k]))
+        out.append((key, holders))
+        begin, first = records.ends[k], records.holder_ends[k]
+    return out
+
+
+cdef list _records_as_dump(_NodeRecords* records):
+    out = []
+    cdef size_t k, begin = 0
+    for k in range(records.ends.size()):
+        out.append((_uint32_copy(records.paths, begin, records.ends[k]), records.starts[k]))
+        begin = records.ends[k]
+    return out
 
 
 @cython.freelist(16)
@@ -152,7 +162,7 @@ cdef class MetaCore:
     cdef object _lock
 
     def __cinit__(self, page_size=1):
-        cdef uint32_t page = check_int("page_size", page_size, 1)
+        cdef uint32_t page = check_page_size(page_size)
         self._tree.reset(new MetaTree(page))
         self._table = WorkerTable()
         self._lock = threading.RLock()
@@ -274,14 +284,10 @@ cdef class MetaCore:
         cdef const uint32_t* data
         cdef size_t n
         cdef Py_ssize_t row
-        if (cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 2
-                and (<cnp.ndarray>keys).descr.kind in (b'i', b'u')):
-            rows = list(keys)
-        elif (isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__")
-              or (cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 0)):
+        if (isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__")
+                or (cnp.PyArray_Check(keys) and cnp.PyArray_NDIM(<cnp.ndarray>keys) == 0)):
             raise InputTypeError(f"keys must be a sequence of keys, got {type(keys).__name__}")
-        else:
-            rows = list(keys)
+        rows = list(keys)  # a 2-D array gives its rows
         # Every key is converted before any is matched (the reference's order
         # of checks, and a touching match must raise with nothing changed).
         converted = [_owned_tokens(k) for k in rows]
@@ -304,59 +310,48 @@ cdef class MetaCore:
         cdef MetaTree* tree = self._tree.get()
         cdef uint32_t w = 0
         cdef bint only = worker is not None
-        cdef vector[uint32_t] nodes
+        cdef vector[uint32_t] nodes, kept
+        cdef _NodeRecords records
+        cdef size_t k
         with self._lock:
             if only:
                 w = self._index(worker)
+            table = self._table.slots
             nodes = tree.nodes_in_order()
-        cdef vector[uint32_t] kept
-        cdef size_t k
-        for k in range(nodes.size()):
-            if not only or tree.holds(w, nodes[k]):
-                kept.push_back(nodes[k])
-        return self._node_records(kept, False)
+            for k in range(nodes.size()):
+                if not only or tree.holds(w, nodes[k]):
+                    kept.push_back(nodes[k])
+            # Read out under the lock: another thread may change the tree once it is released.
+            self._read_records(kept, False, len(table), &records)
+        return _records_as_items(&records, table)
 
     def dump(self, worker):
         """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
         cdef vector[uint32_t] nodes
+        cdef _NodeRecords records
         with self._lock:
             nodes = self._tree.get().held_in_order(self._index(worker))
-        return self._node_records(nodes, True)
+            self._read_records(nodes, True, 0, &records)
+        return _records_as_dump(&records)
 
-    cdef list _node_records(self, const vector[uint32_t]& nodes, bint with_start):
-        """Paths (and starts, or holders) of nodes, read out before any object is made."""
+    cdef void _read_records(self, const vector[uint32_t]& nodes, bint with_start, uint32_t slots,
+                            _NodeRecords* out):
+        """Paths and starts (or holders below ``slots``) of nodes; makes no Python object."""
         cdef MetaTree* tree = self._tree.get()
-        cdef vector[uint32_t] path, paths
-        cdef vector[size_t] ends
-        cdef vector[uint32_t] starts
-        cdef vector[vector[uint32_t]] holders
-        cdef vector[uint32_t] members
-        cdef uint32_t slots = len(self._table.slots)
+        cdef vector[uint32_t] path
         cdef uint32_t i, x
         cdef size_t k
         for k in range(nodes.size()):
             x = nodes[k]
             tree.path_tokens(x, &path)
-            _append(&paths, path)
-            ends.push_back(paths.size())
-            starts.push_back(tree.node(x).depth - tree.node(x).length)
+            _append(&out.paths, path)
+            out.ends.push_back(out.paths.size())
+            out.starts.push_back(tree.node(x).depth - tree.node(x).length)
             if not with_start:
-                members.clear()
                 for i in range(slots):
                     if tree.node(x).holders.test(i):
-                        members.push_back(i)
-                holders.push_back(members)
-        table = self._table.slots
-        out = []
-        cdef size_t begin = 0
-        for k in range(nodes.size()):
-            key = _uint32_copy(paths, begin, ends[k])
-            begin = ends[k]
-            if with_start:
-                out.append((key, starts[k]))
-            else:
-                out.append((key, tuple(table[i] for i in holders[k])))
-        return out
+                        out.holders.push_back(i)
+                out.holder_ends.push_back(out.holders.size())
 
     # -- engine block events -------------------------------------------------------
 
@@ -368,24 +363,25 @@ cdef class MetaCore:
     cdef object _stored(self, object worker, object tier, object parent_hash,
                         object block_hashes, object token_ids):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
-        cdef MetaTree* tree = self._tree.get()
         cdef vector[uint64_t] hash_scratch
         cdef vector[uint32_t] token_scratch
         cdef const uint64_t* hashes
         cdef const uint32_t* tokens
         cdef size_t n_blocks, n_tokens
-        cdef uint64_t parent = 0
-        cdef bint has_parent = parent_hash is not None
         if not (type(tier) is int and tier == 0):
             _blocks.check_tier(tier)
-        if has_parent:
-            if type(parent_hash) is int and 0 <= parent_hash < _HASH_LIMIT:
-                parent = <uint64_t>parent_hash
-            else:
-                parent = <uint64_t>_blocks.parent_hash(parent_hash)
+        cdef bint has_parent = parent_hash is not None
+        cdef uint64_t parent = _parent_value(parent_hash) if has_parent else 0
         hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
         token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
         w = self._index(worker)  # conversion may have run code that removed it
+        return self._checked_stored(w, has_parent, parent, hashes, n_blocks, tokens, n_tokens)
+
+    cdef object _checked_stored(self, uint32_t w, bint has_parent, uint64_t parent,
+                                const uint64_t* hashes, size_t n_blocks, const uint32_t* tokens,
+                                size_t n_tokens):
+        """Check converted stored-event arguments against the tree, then apply them whole."""
+        cdef MetaTree* tree = self._tree.get()
         cdef uint32_t page = tree.page_size()
         if n_tokens != n_blocks * page:
             raise _blocks.bad_token_count(n_tokens, n_blocks, page)
@@ -424,34 +420,70 @@ cdef class MetaCore:
             return self._tree.get().clear_worker(self._index(worker))
 
     def apply_events(self, records):
-        """Apply event records in order, each atomically; returns an int8 status per record."""
+        """Apply event records in order, each atomically; returns an int8 status per record.
+
+        Every record is converted first, then all are applied: the code of the
+        caller's objects (``__index__``, sequences) runs before the tree
+        changes, so an interrupt leaves the tree as it was and any other
+        exception becomes that record's status.
+        """
         if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
             raise InputTypeError(
                 f"records must be a sequence of event records, got {type(records).__name__}"
             )
-        records = records if isinstance(records, (list, tuple)) else list(records)
-        cdef cnp.ndarray status = np.zeros(len(records), dtype=np.int8)
+        records = records if _exact_list_or_tuple(records) else list(records)
+        cdef Py_ssize_t i, count = len(records)
+        cdef cnp.ndarray status = np.zeros(count, dtype=np.int8)
         cdef signed char* out = <signed char*>cnp.PyArray_DATA(status)
-        cdef Py_ssize_t i
         with self._lock:
-            for i in range(len(records)):
+            prepared = [None] * count
+            for i in range(count):
                 try:
-                    self._apply_record(records[i])
-                except _RECORD_ERRORS as exc:  # raised before the record changed anything
+                    prepared[i] = self._prepared_record(records[i])
+                except Exception as exc:  # any failure is that record's status
                     out[i] = _blocks.record_status(exc)
+            for i in range(count):
+                if prepared[i] is not None:
+                    try:
+                        self._apply_prepared(prepared[i])
+                    except Exception as exc:  # the tree's checks: raised before any change
+                        out[i] = _blocks.record_status(exc)
         return status
 
-    cdef object _apply_record(self, object record):
+    cdef tuple _prepared_record(self, object record):
+        """One record's kind, worker and converted arguments (uint64 and uint32 arrays)."""
         if not isinstance(record, (tuple, list)) or len(record) == 0:
             raise InputTypeError("an event record must be a non-empty tuple")
         kind = record[0]
         if kind == "stored" and len(record) == 5:
-            return self._stored(record[1], 0, record[2], record[3], record[4])
+            self._index(record[1])  # first: a stale worker is the error to report
+            has_parent = record[2] is not None
+            parent = _parent_value(record[2]) if has_parent else 0
+            hashes = _owned_hashes(record[3])
+            tokens = _owned_tokens(record[4])
+            return ("stored", record[1], has_parent, parent, hashes, tokens)
         if kind == "removed" and len(record) == 3:
-            return self._removed(record[1], 0, record[2])
+            self._index(record[1])
+            return ("removed", record[1], _owned_hashes(record[2]))
         if kind == "cleared" and len(record) == 2:
-            return self._tree.get().clear_worker(self._index(record[1]))
+            self._index(record[1])
+            return ("cleared", record[1])
         raise InvalidInputError(f"not an event record: {record!r}")
+
+    cdef object _apply_prepared(self, tuple step):
+        cdef uint32_t w = self._index(step[1])
+        cdef cnp.ndarray hashes, tokens
+        if step[0] == "cleared":
+            return self._tree.get().clear_worker(w)
+        hashes = <cnp.ndarray>step[2 if step[0] == "removed" else 4]
+        if step[0] == "removed":
+            return self._tree.get().apply_removed(
+                w, <const uint64_t*>cnp.PyArray_DATA(hashes), cnp.PyArray_DIM(hashes, 0))
+        tokens = <cnp.ndarray>step[5]
+        return self._checked_stored(
+            w, step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
+            cnp.PyArray_DIM(hashes, 0), <const uint32_t*>cnp.PyArray_DATA(tokens),
+            cnp.PyArray_DIM(tokens, 0))
 
     # -- whole tree ----------------------------------------------------------------------
 
@@ -470,15 +502,15 @@ cdef class MetaCore:
         """(hash, path to the page end) for every block hash of the worker, by hash."""
         cdef MetaTree* tree = self._tree.get()
         cdef vector[pair[uint64_t, uint32_t]] entries
-        with self._lock:
-            entries = tree.block_entries(self._index(worker))
         cdef vector[uint32_t] path, paths
         cdef vector[size_t] ends
         cdef size_t k
-        for k in range(entries.size()):
-            tree.path_tokens(entries[k].second, &path)
-            _append(&paths, path)
-            ends.push_back(paths.size())
+        with self._lock:  # the paths are read before another thread may change the tree
+            entries = tree.block_entries(self._index(worker))
+            for k in range(entries.size()):
+                tree.path_tokens(entries[k].second, &path)
+                _append(&paths, path)
+                ends.push_back(paths.size())
         out = []
         cdef size_t begin = 0
         for k in range(entries.size()):
@@ -541,4 +573,24 @@ cdef object _owned_tokens(object key):
     arr = _new_uint32(n)
     if n:
         memcpy(cnp.PyArray_DATA(arr), data, n * sizeof(uint32_t))
+    return arr
+
+
+cdef uint64_t _parent_value(object parent_hash) except? 0xFFFFFFFFFFFFFFFF:
+    """A non-None parent hash as uint64."""
+    if type(parent_hash) is int and 0 <= parent_hash < _HASH_LIMIT:
+        return <uint64_t>parent_hash
+    return <uint64_t>_blocks.parent_hash(parent_hash)
+
+
+cdef cnp.ndarray _owned_hashes(object hashes):
+    """Block hashes as a checked uint64 array of their own."""
+    cdef vector[uint64_t] scratch
+    cdef const uint64_t* data
+    cdef size_t n
+    owner = _load_hashes(hashes, &scratch, &data, &n)
+    cdef cnp.npy_intp dims = <cnp.npy_intp>n
+    cdef cnp.ndarray arr = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT64, 0)
+    if n:
+        memcpy(cnp.PyArray_DATA(arr), data, n * sizeof(uint64_t))
     return arr

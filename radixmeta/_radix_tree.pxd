@@ -64,6 +64,8 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         void unlock(uint32_t id) except +
         uint64_t evict(uint64_t num_tokens, vector[int64_t]* freed) except +
         vector[int64_t]& pending_evicted_mutable "pending_evicted_mutable"()
+        vector[uint32_t] take_dropped_namespaces()
+        void values_in_order(uint32_t ns, vector[int64_t]* out) except +
         void reset() except +
         vector[uint32_t] leaves_in_order(uint32_t ns) except +
         vector[pair[uint32_t, uint32_t]] structure(uint32_t ns) except +

@@ -28,15 +28,16 @@ import functools
 import itertools
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
 
 from radixmeta import _keys
-from radixmeta._keys import check_int
+from radixmeta._keys import check_flag, check_int, check_page_size
 from radixmeta._reference_meta import MetaCore, MetaMatch  # noqa: F401  (the backend's meta-tree)
-from radixmeta._types import EVICTION_POLICIES, CacheStats
+from radixmeta._types import EVICTION_POLICIES, TAKE_EVICTED_DEPRECATION, CacheStats
 from radixmeta.errors import (
     CacheFullError,
     ForeignNodeError,
@@ -89,10 +90,18 @@ class _TreeNode:
         "priority",
         "generation",
         "depth",
+        "namespace",
     )
 
-    def __init__(self, parent: _TreeNode | None, label: tuple[int, ...], values: tuple[int, ...]):
+    def __init__(
+        self,
+        parent: _TreeNode | None,
+        label: tuple[int, ...],
+        values: tuple[int, ...],
+        namespace: Hashable = None,
+    ):
         self.parent = parent
+        self.namespace = namespace  # a root's namespace (a root is dropped once it is empty)
         self.label = label
         self.values = values
         self.children: dict[tuple[int, ...], _TreeNode] = {}
@@ -131,17 +140,21 @@ class Node:
 
 
 class MatchResult:
-    """Result of :meth:`RadixCache.match_prefix`: ``length``, ``values`` and ``node``."""
+    """Result of :meth:`RadixCache.match_prefix`: ``length``, ``values`` and ``node``.
+
+    ``values`` is None when the match was asked with ``values=False``.
+    """
 
     __slots__ = ("length", "values", "node")
 
-    def __init__(self, length: int, values: np.ndarray, node: Node):
+    def __init__(self, length: int, values: np.ndarray | None, node: Node):
         self.length = length
         self.values = values
         self.node = node
 
     def __repr__(self) -> str:
-        return f"MatchResult(length={self.length}, values=<{len(self.values)} int64>)"
+        shown = "None" if self.values is None else f"<{len(self.values)} int64>"
+        return f"MatchResult(length={self.length}, values={shown})"
 
 
 class EvictResult:
@@ -161,18 +174,24 @@ class CacheCore:
     """Reference implementation of the worker cache core (see ``radixmeta.RadixCache``)."""
 
     def __init__(
-        self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
+        self,
+        page_size: int = 1,
+        *,
+        eviction: str = "lru",
+        capacity: int | None = None,
+        on_evict: Callable[[np.ndarray], object] | None = None,
     ) -> None:
-        self._page_size = check_int("page_size", page_size, 1)
-        if self._page_size >= _keys.TOKEN_LIMIT:
-            msg = f"page_size must be < 2**32, got {self._page_size}"
-            raise InvalidInputError(msg)
+        self._page_size = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
             raise InvalidInputError(msg)
         self._eviction = eviction
         self._capacity = None if capacity is None else check_int("capacity", capacity, 0)
+        if on_evict is not None and not callable(on_evict):
+            msg = f"on_evict must be callable or None, got {type(on_evict).__name__}"
+            raise InputTypeError(msg)
+        self._on_evict = on_evict
         self._owner = next(_owner_ids)
         self._mutex = threading.RLock()
         self._init_state()
@@ -185,7 +204,9 @@ class CacheCore:
         self._protected = 0
         self._nodes = 0
         self._stats = [0, 0, 0, 0]
-        self._pending_evicted: list[int] = []
+        # Slots the last insert freed for capacity, kept only for the deprecated
+        # take_evicted() when there is no on_evict: never more than one call's worth.
+        self._last_evicted: list[int] = []
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -202,6 +223,11 @@ class CacheCore:
     def capacity(self) -> int | None:
         """The capacity in tokens, or None."""
         return self._capacity
+
+    @property
+    def on_evict(self) -> Callable[[np.ndarray], object] | None:
+        """The callback that receives slots the cache frees on its own, or None."""
+        return self._on_evict
 
     @property
     @_atomic
@@ -294,22 +320,29 @@ class CacheCore:
 
     # -- core API -------------------------------------------------------------------
     @_atomic
-    def match_prefix(self, key: Any, *, namespace: Hashable = None) -> MatchResult:
+    def match_prefix(
+        self, key: Any, *, namespace: Hashable = None, values: bool = True
+    ) -> MatchResult:
         """Longest cached prefix of ``key`` (whole pages), as a ``MatchResult``.
 
         Refreshes the recency of the matched path and splits the edge where the
-        match ends inside it.
+        match ends inside it. With ``values=False`` the slots are not gathered
+        and the result's ``values`` is None. A match of length 0 names the
+        default namespace's root, whatever the namespace.
         """
         toks = self._aligned(key)
-        node = self._roots.get(namespace)  # may raise (unhashable): before any change
+        check_flag("values", values)
+        root = self._roots.get(namespace)  # may raise (unhashable): before any change
         self._clock += 1
         self._stats[0] += 1
-        if node is None:
-            return MatchResult(0, np.empty(0, np.int64), Node(self._owner, self._roots[None]))
-        node, pos = self._walk(node, toks, self._touch_matched)
-        values = self._path_values(node)
+        node, pos = self._roots[None], 0
+        if root is not None:
+            node, pos = self._walk(root, toks, self._touch_matched)
         self._stats[1] += pos
-        return MatchResult(pos, np.array(values, dtype=np.int64), Node(self._owner, node))
+        if pos == 0:  # namespace roots never escape: an empty one may be dropped
+            node = self._roots[None]
+        gathered = np.array(self._path_values(node), dtype=np.int64) if values else None
+        return MatchResult(pos, gathered, Node(self._owner, node))
 
     def _walk(
         self, node: _TreeNode, toks: tuple[int, ...], touch: Callable[[_TreeNode], None]
@@ -385,12 +418,21 @@ class CacheCore:
         priority = _keys.check_priority(priority)
         n = len(raw) - len(raw) % self._page_size
         toks, vals = raw[:n], vals[:n]
-        if self._capacity is not None:
-            self._make_room(toks, namespace)
+        freed = self._make_room(toks, namespace) if self._capacity is not None else []
         self._clock += 1
         node = self._roots.get(namespace)
-        if node is None:
-            node = self._roots[namespace] = _TreeNode(None, (), ())
+        if node is None and n:  # an empty namespace costs nothing: no root until a page
+            node = self._roots[namespace] = _TreeNode(None, (), (), namespace)
+        pos = 0 if node is None else self._extend(node, toks, vals, priority)
+        self._hand_over(freed)
+        return pos
+
+    def _extend(
+        self, node: _TreeNode, toks: tuple[int, ...], vals: tuple[int, ...], priority: int
+    ) -> int:
+        """The walk and new leaf of ``insert``; returns the length already cached."""
+        n = len(toks)
+
         def touch(child: _TreeNode) -> None:
             child.last_access = self._clock
             child.priority = max(child.priority, priority)
@@ -409,12 +451,20 @@ class CacheCore:
             self._stats[2] += n - pos
         return pos
 
-    def _make_room(self, toks: tuple[int, ...], namespace: Hashable) -> None:
+    def _hand_over(self, freed: list[int]) -> None:
+        """Give slots the cache freed on its own to ``on_evict`` (after the operation)."""
+        if self._on_evict is None:
+            self._last_evicted = freed
+        elif freed:
+            self._on_evict(np.array(freed, dtype=np.int64))
+
+    def _make_room(self, toks: tuple[int, ...], namespace: Hashable) -> list[int]:
+        """Evict what an insert of ``toks`` needs under the capacity; returns the freed slots."""
         assert self._capacity is not None
         matched, deepest = self._dry_walk(toks, namespace)
         need = self.total_size + len(toks) - matched - self._capacity
         if need <= 0:
-            return
+            return []
         # Room may come from anything but the matched prefix itself, which the
         # insert extends: count the unlocked tokens of that prefix out.
         on_path = 0
@@ -438,7 +488,7 @@ class CacheCore:
             guard = Node(self._owner, deepest)
             self.lock(guard)
         try:
-            self._pending_evicted.extend(self._evict_tokens(need))
+            return self._evict_tokens(need)
         finally:
             if guard is not None:
                 self.unlock(guard)
@@ -499,22 +549,42 @@ class CacheCore:
             victim.generation += 1
             self._evictable -= len(victim.label)
             self._nodes -= 1
+            if parent.parent is None and not parent.children and parent.namespace is not None:
+                del self._roots[parent.namespace]  # an emptied namespace is forgotten
+                parent.generation += 1
         self._stats[3] += len(freed)
         return freed
 
     @_atomic
     def take_evicted(self) -> np.ndarray:
-        """Slots freed by capacity-driven eviction since the last call, in eviction order."""
-        out = np.array(self._pending_evicted, dtype=np.int64)
-        self._pending_evicted = []
+        """Deprecated: the slots the most recent insert freed for capacity, not yet taken."""
+        warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
+        out = np.array(self._last_evicted, dtype=np.int64)
+        self._last_evicted = []
         return out
 
     @_atomic
     def reset(self) -> None:
-        """Empty the cache and its counters; every existing handle becomes stale."""
+        """Empty the cache and its counters; every existing handle becomes stale.
+
+        With ``on_evict``, every slot the cache held is handed to it afterwards.
+        """
+        held = [v for root in self._roots.values() for v in self._values_in_order(root)]
         for node in self._all_nodes():
             node.generation += 1
         self._init_state()
+        if self._on_evict is not None and held:
+            self._on_evict(np.array(held, dtype=np.int64))
+
+    def _values_in_order(self, root: _TreeNode) -> list[int]:
+        """The values of every node below ``root`` in key order, a node before its children."""
+        out: list[int] = []
+        stack = [child for _, child in sorted(root.children.items(), reverse=True)]
+        while stack:
+            node = stack.pop()
+            out.extend(node.values)
+            stack.extend(child for _, child in sorted(node.children.items(), reverse=True))
+        return out
 
     @_atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -551,7 +621,7 @@ class CacheCore:
 
     @_atomic
     def namespaces(self) -> list[Hashable]:
-        """Namespaces that have a root (None, the default, always does)."""
+        """Namespaces that hold a page, in order of creation (None, the default, always listed)."""
         return list(self._roots)
 
     @_atomic

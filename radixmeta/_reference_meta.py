@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from radixmeta import _blocks, _keys
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
-from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError
+from radixmeta.errors import InputTypeError, InvalidInputError
 
 __all__ = ["MetaCore", "MetaMatch"]
 
@@ -166,7 +166,7 @@ class MetaCore:
     """
 
     def __init__(self, page_size: int = 1) -> None:
-        self._page_size = _keys.check_int("page_size", page_size, 1)
+        self._page_size = _keys.check_page_size(page_size)
         self._mutex = threading.RLock()
         self._table = WorkerTable()
         self._root = _MetaNode(None, (), 0)
@@ -565,15 +565,29 @@ class MetaCore:
         UnknownParentError, BlockConflictError, InvalidInputError, InputTypeError, StaleWorkerError
             The event is refused whole; nothing changes.
         """
-        index = self._table.resolve(worker)
+        self._table.resolve(worker)  # first: a stale worker is the error to report
         _blocks.check_tier(tier)
+        return self._store(*self._converted_stored(worker, parent_hash, block_hashes, token_ids))
+
+    def _converted_stored(
+        self, worker: WorkerId, parent_hash: Any, block_hashes: Any, token_ids: Any
+    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...]]:
+        """A stored event's arguments, converted and checked for shape (no tree read)."""
+        self._table.resolve(worker)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
-        index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
+        return worker, parent, hashes, toks
+
+    def _store(
+        self, worker: WorkerId, parent: int | None, hashes: list[int], toks: tuple[int, ...]
+    ) -> int:
+        """Check a converted stored event against the tree, then apply it whole."""
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
+        p = self._page_size
         bmap = self._blocks[index]
         if parent is not None and parent not in bmap:
             raise _blocks.unknown_parent(worker, parent)
@@ -634,9 +648,12 @@ class MetaCore:
         InvalidInputError, InputTypeError, StaleWorkerError
             A bad worker, tier or hash; nothing changes.
         """
-        index = self._table.resolve(worker)
+        self._table.resolve(worker)
         _blocks.check_tier(tier)
-        hashes = _blocks.block_hashes(block_hashes)
+        return self._unstore(worker, _blocks.block_hashes(block_hashes))
+
+    def _unstore(self, worker: WorkerId, hashes: list[int]) -> int:
+        """Apply a converted removed event."""
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         bmap = self._blocks[index]
         removed = 0
@@ -663,6 +680,11 @@ class MetaCore:
     def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
         """Apply event records in order, each atomically; a failing record stops nothing.
 
+        Every record is converted first, then all are applied: the code of the
+        caller's objects (``__index__``, sequences) runs before the tree
+        changes, so an exception that is not an ``Exception`` (an interrupt)
+        leaves the tree as it was, and any other one becomes a status.
+
         Parameters
         ----------
         records : iterable of tuples
@@ -683,29 +705,37 @@ class MetaCore:
             msg = f"records must be a sequence of event records, got {type(records).__name__}"
             raise InputTypeError(msg)
         statuses: list[int] = []
+        prepared: list[tuple[Any, ...] | None] = []
         for record in records:
             try:
-                self._apply_record(record)
-            except (RadixMetaError, TypeError, ValueError, OverflowError) as exc:
-                # raised while the record was checked, before it changed anything
+                prepared.append(self._prepared_record(record))
+            except Exception as exc:  # any failure is that record's status
+                prepared.append(None)
                 statuses.append(int(_blocks.record_status(exc)))
             else:
                 statuses.append(int(_blocks.BlockStatus.APPLIED))
+        for i, step in enumerate(prepared):
+            if step is None:
+                continue
+            try:
+                step[0](*step[1:])
+            except Exception as exc:  # raised by the tree's checks, before any change
+                statuses[i] = int(_blocks.record_status(exc))
         return np.array(statuses, dtype=np.int8)
 
-    def _apply_record(self, record: Any) -> None:
+    def _prepared_record(self, record: Any) -> tuple[Any, ...]:
+        """(apply function, converted arguments) of one event record."""
         if isinstance(record, (tuple, list)) and record:
             kind = record[0]
             if isinstance(kind, str):
                 if kind == "stored" and len(record) == 5:
-                    self.apply_stored(record[1], record[2], record[3], record[4])
-                    return
+                    return (self._store, *self._converted_stored(*record[1:]))
                 if kind == "removed" and len(record) == 3:
-                    self.apply_removed(record[1], record[2])
-                    return
+                    self._table.resolve(record[1])
+                    return (self._unstore, record[1], _blocks.block_hashes(record[2]))
                 if kind == "cleared" and len(record) == 2:
-                    self.apply_cleared(record[1])
-                    return
+                    self._table.resolve(record[1])
+                    return (self.apply_cleared, record[1])
         msg = f"not an event record: {record!r}"
         raise InvalidInputError(msg)
 

@@ -1,10 +1,14 @@
-"""Small result types shared by both implementations (never on a hot path)."""
+"""Small result types and texts shared by both implementations (never on a hot path)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 EVICTION_POLICIES = ("lru", "lfu", "fifo", "priority")
+TAKE_EVICTED_DEPRECATION = (
+    "take_evicted() is deprecated and returns only what the most recent insert freed: "
+    "pass on_evict= to RadixCache to receive every slot the cache frees on its own"
+)
 
 
 @dataclass(frozen=True)

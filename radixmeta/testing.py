@@ -30,7 +30,8 @@ Examples
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -39,7 +40,7 @@ import numpy.typing as npt
 from hypothesis import strategies as st
 
 from radixmeta import _keys
-from radixmeta._types import EVICTION_POLICIES, CacheStats
+from radixmeta._types import EVICTION_POLICIES, TAKE_EVICTED_DEPRECATION, CacheStats
 from radixmeta.errors import (
     CacheFullError,
     ForeignNodeError,
@@ -62,6 +63,7 @@ __all__ = [
     "Operation",
     "Reset",
     "TakeEvicted",
+    "EvictionLog",
     "Unlock",
     "operations",
     "page_aligned_keys",
@@ -274,7 +276,37 @@ class Evict:
 
 @dataclass(frozen=True)
 class TakeEvicted:
-    """``cache.take_evicted()``."""
+    """The slots the cache handed to ``on_evict`` since the previous ``TakeEvicted``.
+
+    They are read from the cache's :class:`EvictionLog`; a cache built without
+    one gives ``()``.
+    """
+
+
+class EvictionLog:
+    """An ``on_evict`` callback that keeps what it receives, for tests to compare.
+
+    Examples
+    --------
+    >>> log = EvictionLog()
+    >>> model = BruteForceCache(capacity=2, on_evict=log)
+    >>> model.insert([1, 2]), model.insert([3, 4])
+    (0, 0)
+    >>> log.take()
+    (1, 2)
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[npt.NDArray[np.int64]] = []
+
+    def __call__(self, slots: npt.NDArray[np.int64]) -> None:
+        self.calls.append(slots)
+
+    def take(self) -> tuple[int, ...]:
+        """Every slot received since the last ``take``, in order; forgets them."""
+        out = tuple(int(v) for call in self.calls for v in call)
+        self.calls = []
+        return out
 
 
 @dataclass(frozen=True)
@@ -462,7 +494,8 @@ def _apply(cache: Any, op: Operation, handles: list[Any]) -> object:
     if isinstance(op, Evict):
         return tuple(int(v) for v in cache.evict(op.num_tokens).values)
     if isinstance(op, TakeEvicted):
-        return tuple(int(v) for v in cache.take_evicted())
+        log = getattr(cache, "on_evict", None)
+        return log.take() if isinstance(log, EvictionLog) else ()
     cache.reset()
     return None
 
@@ -559,7 +592,7 @@ class BruteForceMatchResult:
     """Result of :meth:`BruteForceCache.match_prefix`: ``length``, ``values``, ``node``."""
 
     length: int
-    values: npt.NDArray[np.int64]
+    values: npt.NDArray[np.int64] | None
     node: BruteForceNode
 
 
@@ -633,18 +666,24 @@ class BruteForceCache:
     """
 
     def __init__(
-        self, page_size: int = 1, *, eviction: str = "lru", capacity: int | None = None
+        self,
+        page_size: int = 1,
+        *,
+        eviction: str = "lru",
+        capacity: int | None = None,
+        on_evict: Callable[[npt.NDArray[np.int64]], object] | None = None,
     ) -> None:
-        self._page_size = _keys.check_int("page_size", page_size, 1)
-        if self._page_size >= _keys.TOKEN_LIMIT:
-            msg = f"page_size must be < 2**32, got {self._page_size}"
-            raise InvalidInputError(msg)
+        self._page_size = _keys.check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
             raise InvalidInputError(msg)
         self._eviction = eviction
         self._capacity = None if capacity is None else _keys.check_int("capacity", capacity, 0)
+        if on_evict is not None and not callable(on_evict):
+            msg = f"on_evict must be callable or None, got {type(on_evict).__name__}"
+            raise InputTypeError(msg)
+        self._on_evict = on_evict
         self._identity = object()
         self._epoch = 0
         self._clear()
@@ -656,13 +695,18 @@ class BruteForceCache:
         self._clock = 0
         self._serials = itertools.count(1)
         self._counters = [0, 0, 0, 0]  # lookups, hit tokens, inserted, evicted
-        self._pending: list[int] = []
+        self._last_evicted: list[int] = []  # for the deprecated take_evicted()
 
     # -- properties -------------------------------------------------------------------
     @property
     def page_size(self) -> int:
         """Tokens per page."""
         return self._page_size
+
+    @property
+    def on_evict(self) -> Callable[[npt.NDArray[np.int64]], object] | None:
+        """The callback that receives slots the model frees on its own, or None."""
+        return self._on_evict
 
     @property
     def eviction(self) -> str:
@@ -771,6 +815,8 @@ class BruteForceCache:
             for k in range(start + self._page_size, len(end) + 1, self._page_size):
                 del cached[end[:k]]
             del self._ends[namespace][end]
+            if namespace is not None and not cached:  # an emptied namespace is forgotten
+                del self._cached[namespace], self._ends[namespace]
         self._counters[3] += len(freed)
         return freed
 
@@ -801,15 +847,18 @@ class BruteForceCache:
                 meta.lock_count += delta
 
     # -- API ------------------------------------------------------------------------
-    def match_prefix(self, key: Any, *, namespace: Hashable = None) -> BruteForceMatchResult:
+    def match_prefix(
+        self, key: Any, *, namespace: Hashable = None, values: bool = True
+    ) -> BruteForceMatchResult:
         """Return the longest cached prefix of ``key`` (see ``RadixCache.match_prefix``)."""
         toks = _keys.tokens(key)
         toks = toks[: len(toks) - len(toks) % self._page_size]
+        _keys.check_flag("values", values)
         known = namespace in self._cached  # an unhashable namespace raises before any change
         self._clock += 1
         self._counters[0] += 1
         if not known:
-            empty = np.empty(0, np.int64)
+            empty = np.empty(0, np.int64) if values else None
             return BruteForceMatchResult(0, empty, self._handle(None, ()))
         pos = self._matched(namespace, toks)
         self._cut(namespace, toks[:pos])
@@ -817,9 +866,10 @@ class BruteForceCache:
             meta.last_access = self._clock
             meta.hit_count = min(meta.hit_count + 1, 2**32 - 1)  # native saturates
         self._counters[1] += pos
-        values = self._cached[namespace][toks[:pos]] if pos else ()
-        node = self._handle(namespace, toks[:pos])
-        return BruteForceMatchResult(pos, np.array(values, dtype=np.int64), node)
+        slots = self._cached[namespace][toks[:pos]] if pos else ()
+        node = self._handle(namespace if pos else None, toks[:pos])  # length 0: the default root
+        gathered = np.array(slots, dtype=np.int64) if values else None
+        return BruteForceMatchResult(pos, gathered, node)
 
     def insert(
         self, key: Any, values: Any = None, *, namespace: Hashable = None, priority: int = 0
@@ -831,9 +881,11 @@ class BruteForceCache:
         hash(namespace)  # an unhashable namespace raises before any change
         n = len(raw) - len(raw) % self._page_size
         toks, vals = raw[:n], vals[:n]
-        if self._capacity is not None:
-            self._make_room(toks, namespace)
+        freed = self._make_room(toks, namespace) if self._capacity is not None else []
         self._clock += 1
+        if n == 0:  # an empty namespace is never created
+            self._hand_over(freed)
+            return 0
         cached = self._cached.setdefault(namespace, {})
         ends = self._ends.setdefault(namespace, {})
         pos = self._matched(namespace, toks)
@@ -847,14 +899,21 @@ class BruteForceCache:
                 cached[toks[:k]] = kept + vals[pos:k]
             ends[toks] = _Meta(next(self._serials), self._clock, self._clock, priority)
             self._counters[2] += n - pos
+        self._hand_over(freed)
         return pos
 
-    def _make_room(self, toks: Tokens, namespace: Hashable) -> None:
+    def _hand_over(self, freed: list[int]) -> None:
+        if self._on_evict is None:
+            self._last_evicted = freed
+        elif freed:
+            self._on_evict(np.array(freed, dtype=np.int64))
+
+    def _make_room(self, toks: Tokens, namespace: Hashable) -> list[int]:
         assert self._capacity is not None
         matched = self._matched(namespace, toks)
         need = self.total_size + len(toks) - matched - self._capacity
         if need <= 0:
-            return
+            return []
         # Room may come from anything but the matched prefix itself, which the
         # insert extends: count the unlocked tokens of that prefix out.
         prefix = toks[:matched]
@@ -877,7 +936,7 @@ class BruteForceCache:
             self._cut(namespace, prefix)
         self._add_locks(namespace, prefix, +1)
         try:
-            self._pending.extend(self._evict_tokens(need))
+            return self._evict_tokens(need)
         finally:
             self._add_locks(namespace, prefix, -1)
 
@@ -919,17 +978,26 @@ class BruteForceCache:
         return BruteForceEvictResult(np.array(self._evict_tokens(num_tokens), dtype=np.int64))
 
     def take_evicted(self) -> npt.NDArray[np.int64]:
-        """Return and forget the values freed by capacity-driven eviction."""
-        out = np.array(self._pending, dtype=np.int64)
-        self._pending = []
+        """Deprecated, as ``RadixCache.take_evicted``: what the most recent insert freed."""
+        warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
+        out = np.array(self._last_evicted, dtype=np.int64)
+        self._last_evicted = []
         return out
 
     def reset(self) -> None:
-        """Empty the cache; every handle becomes stale."""
+        """Empty the cache; every handle becomes stale. ``on_evict`` gets every slot held."""
+        held = [  # namespace by namespace, each in key order (a node before its children)
+            v
+            for namespace, ends in self._ends.items()
+            for end in sorted(ends)
+            for v in self._cached[namespace][end][len(self._parent_end(namespace, end)) :]
+        ]
         self._clear()
+        if self._on_evict is not None and held:
+            self._on_evict(np.array(held, dtype=np.int64))
 
     def namespaces(self) -> list[Hashable]:
-        """Namespaces that have a root, in creation order (``None`` first)."""
+        """Namespaces that hold a page, in creation order (``None`` always first)."""
         return list(self._cached)
 
     def items(

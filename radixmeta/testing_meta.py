@@ -143,7 +143,7 @@ class BruteForceMetaTree:
     """
 
     def __init__(self, page_size: int = 1) -> None:
-        self._page_size = _keys.check_int("page_size", page_size, 1)
+        self._page_size = _keys.check_page_size(page_size)
         self._table = WorkerTable()
         self._clock = 0
         self._pages: dict[int, dict[Tokens, int]] = {}

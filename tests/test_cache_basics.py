@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from radixmeta import CacheStats, RadixCache
-from radixmeta.errors import CacheFullError, StaleNodeError
+from radixmeta.errors import CacheFullError, InputTypeError, StaleNodeError
 
 
 @pytest.fixture
@@ -142,16 +142,45 @@ def test_namespaces_never_share_nodes(impl: type) -> None:
     assert leaves(cache, "unknown") == []
     # eviction is global (least recently used first), but frees one namespace's node
     assert cache.evict(1).values.tolist() == [1, 2]
-    assert cache.namespaces() == [None, "lora-a", ("lora", 2)]  # roots stay
+    assert cache.namespaces() == [None, "lora-a"]  # an emptied namespace is forgotten
     assert leaves(cache, ("lora", 2)) == []
     cache.check()
 
 
-def test_insert_of_nothing_still_creates_the_namespace(impl: type) -> None:
+def test_insert_of_nothing_creates_no_namespace(impl: type) -> None:
     cache = impl(4)
     assert cache.insert([1, 2], namespace="short") == 0
-    assert cache.namespaces() == [None, "short"]
+    assert cache.namespaces() == [None]
     assert cache.node_count == 0
+    cache.check()
+
+
+def test_emptied_namespaces_cost_nothing(impl: type) -> None:
+    """Per-user cache salts: each namespace is filled once and evicted whole."""
+    cache = impl(capacity=8)
+    for user in range(200):
+        cache.insert([user, user + 1, user + 2, user + 3], namespace=f"salt-{user}")
+    assert cache.namespaces() == [None, "salt-198", "salt-199"]
+    cache.evict(8)
+    assert (cache.namespaces(), cache.node_count) == ([None], 0)
+    cache.check()
+    # A namespace emptied and refilled by one insert counts as created anew.
+    cache.insert([1, 2, 3, 4], namespace="a")
+    cache.insert([5, 6, 7, 8], namespace="b")
+    cache.match_prefix([5, 6, 7, 8], namespace="b")
+    cache.insert([9, 9, 9, 9, 9, 9, 9, 9], namespace="a")  # evicts a's only leaf, then b's
+    assert cache.namespaces() == [None, "a"]
+    cache.check()
+
+
+def test_a_zero_length_match_names_the_default_root(impl: type) -> None:
+    cache = impl()
+    cache.insert([1, 2], namespace="n")
+    handle = cache.match_prefix([7], namespace="n").node
+    cache.evict(2)  # the namespace's root goes; the handle does not name it
+    cache.lock(handle)
+    assert cache.lock_count(handle) == 0
+    cache.unlock(handle)
 
 
 # -- locks ----------------------------------------------------------------------------------
@@ -304,32 +333,75 @@ def test_split_copies_last_access_and_creation(impl: type) -> None:
     assert fifo.evict(10).values.tolist() == [9, 1, 2]  # [9] was created first
 
 
-def test_capacity_evicts_before_insert_and_take_evicted(impl: type) -> None:
-    cache = impl(capacity=6)
-    assert cache.capacity == 6
+def test_capacity_evicts_before_insert_and_calls_on_evict(impl: type) -> None:
+    calls: list[Any] = []
+    cache = impl(capacity=6, on_evict=calls.append)
+    assert (cache.capacity, cache.on_evict) == (6, calls.append)
     cache.insert([1, 2, 3], [10, 11, 12])
     cache.insert([4, 5, 6], [40, 50, 60])
+    assert calls == []  # nothing evicted: no call
     cache.match_prefix([1, 2, 3])  # [1 2 3] was used last, so [4 5 6] goes first
     assert cache.insert([7, 8], [70, 80]) == 0
     assert sizes(cache) == (5, 0, 5)
     assert cache.stats.evicted_tokens == 3
-    taken = cache.take_evicted()
-    assert taken.dtype == np.int64 and taken.tolist() == [40, 50, 60]
-    assert cache.take_evicted().tolist() == []
-    # explicit evictions are returned, not queued
+    assert len(calls) == 1  # one call for the operation, with one int64 array
+    assert calls[0].dtype == np.int64 and calls[0].tolist() == [40, 50, 60]
+    # explicit evictions are returned, not handed to on_evict
     assert cache.evict(1).values.tolist() == [10, 11, 12]
-    assert cache.take_evicted().tolist() == []
+    assert len(calls) == 1
     cache.check()
 
 
-def test_capacity_insert_keeps_the_extended_path(impl: type) -> None:
+def test_on_evict_is_called_after_the_operation_and_may_raise(impl: type) -> None:
+    seen: list[Any] = []
+
+    def on_evict(slots: Any) -> None:
+        # Called outside the core: the cache is usable, and already changed.
+        seen.append((slots.tolist(), cache.total_size, cache.match_prefix([1, 2]).length))
+        msg = "allocator is gone"
+        raise RuntimeError(msg)
+
+    cache = impl(capacity=2, on_evict=on_evict)
+    cache.insert([1, 2], [5, 6])
+    with pytest.raises(RuntimeError, match="allocator is gone"):
+        cache.insert([3, 4], [7, 8])
+    assert seen == [([5, 6], 2, 0)]
+    assert leaves(cache) == [([3, 4], [7, 8])]  # the change stands
+    cache.check()
+
+
+def test_reset_hands_every_slot_to_on_evict(impl: type) -> None:
+    calls: list[Any] = []
+    cache = impl(on_evict=calls.append)
+    cache.reset()
+    assert calls == []
+    cache.insert([5, 6], [50, 60], namespace="n")
+    cache.insert([1, 2, 3], [10, 11, 12])
+    cache.insert([1, 2, 4], [10, 11, 14])
+    cache.reset()
+    # Namespace by namespace, each in key order, a node before its children.
+    assert [c.tolist() for c in calls] == [[10, 11, 12, 14, 50, 60]]
+
+
+def test_on_evict_must_be_callable(impl: type) -> None:
+    with pytest.raises(InputTypeError, match="on_evict must be callable or None, got int"):
+        impl(on_evict=3)
+
+
+def test_take_evicted_is_deprecated_and_holds_one_insert(impl: type) -> None:
     cache = impl(capacity=4)
     cache.insert([1, 2])
     cache.insert([5, 6])
     cache.match_prefix([5, 6])  # [1 2] is least recently used
     assert cache.insert([1, 2, 3]) == 2  # but it is extended, so [5 6] goes
-    assert cache.take_evicted().tolist() == [5, 6]
-    assert leaves(cache) == [([1, 2, 3], [1, 2, 3])]
+    with pytest.warns(DeprecationWarning, match="pass on_evict="):
+        assert cache.take_evicted().tolist() == [5, 6]
+    cache.insert([9])  # fits
+    cache.insert([8])  # evicts [3]
+    cache.insert([7])  # evicts [1 2]: only the latest insert's slots are kept
+    with pytest.warns(DeprecationWarning):
+        assert cache.take_evicted().tolist() == [1, 2]
+    assert leaves(cache) == [([7], [7]), ([8], [8]), ([9], [9])]
 
 
 # -- stats, items, reset ----------------------------------------------------------------------
@@ -364,13 +436,12 @@ def test_items_are_leaves_in_lexicographic_order(impl: type) -> None:
 def test_reset_empties_the_cache_and_makes_handles_stale(impl: type) -> None:
     cache = impl(capacity=3)
     cache.insert([1, 2, 3])
-    cache.insert([4, 5], namespace="n")  # evicts [1 2 3] into the take_evicted queue
+    cache.insert([4, 5], namespace="n")  # evicts [1 2 3]
     handle = cache.match_prefix([4, 5], namespace="n").node
     cache.lock(handle)
     cache.reset()
     assert sizes(cache) == (0, 0, 0)
     assert (cache.node_count, cache.namespaces(), cache.stats) == (0, [None], CacheStats())
-    assert cache.take_evicted().tolist() == []
     assert (cache.page_size, cache.capacity, cache.eviction) == (1, 3, "lru")
     with pytest.raises(StaleNodeError):
         cache.unlock(handle)
@@ -494,6 +565,8 @@ def test_namespaces_are_listed_in_creation_order(impl: type) -> None:
         cache.insert([1], namespace="late")
     cache.match_prefix([1], namespace="later")
     assert cache.items(namespace="latest") == []
+    grown = impl()
     for namespace in ("a", "latest", "later", "late"):
-        assert cache.insert([], namespace=namespace) == 0
-    assert cache.namespaces() == [None, "a", "latest", "later", "late"]
+        assert grown.insert([1], namespace=namespace) == 0
+    assert cache.namespaces() == [None]
+    assert grown.namespaces() == [None, "a", "latest", "later", "late"]

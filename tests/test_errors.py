@@ -7,7 +7,10 @@ Messages are spelled out in full here, so both implementations must produce the 
 from __future__ import annotations
 
 import array
+import copy
+import pickle
 import re
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -68,12 +71,11 @@ def populate(impl: type) -> tuple[Any, list[Any]]:
 
 
 def check_unchanged(cache: Any, handle: Any, twin: Any, twin_handle: Any) -> None:
-    """``cache`` equals a ``twin`` that never saw the failing call: in state, in the
-    slots awaiting ``take_evicted``, and in the order it evicts everything."""
+    """``cache`` equals a ``twin`` that never saw the failing call: in state and in
+    the order it evicts everything."""
     assert state(cache) == state(twin)
     cache.unlock(handle)
     twin.unlock(twin_handle)
-    assert cache.take_evicted().tolist() == twin.take_evicted().tolist()
     assert cache.evict(10**6).values.tolist() == twin.evict(10**6).values.tolist()
 
 
@@ -223,6 +225,40 @@ BAD_KEYS = [
         "key must be a sequence of integers, got NoneType",
         id="none",
     ),
+    # The input rules (docs/cache.md, Inputs): bools are never integers, text is refused,
+    # and the first bad element in order is the one reported.
+    pytest.param(
+        [1, True], InputTypeError, TypeError, "key[1] must be an integer, got bool", id="bool"
+    ),
+    pytest.param(
+        [np.int64(3), np.True_],
+        InputTypeError,
+        TypeError,
+        "key[1] must be an integer, got bool",
+        id="np-bool",
+    ),
+    pytest.param(
+        bytearray(b"ab"),
+        InputTypeError,
+        TypeError,
+        "key must be a sequence of integers, got bytearray",
+        id="bytearray",
+    ),
+    pytest.param([1, -1, 2.5], InvalidInputError, ValueError, f"key[1] = -1 {RANGE}", id="first"),
+    pytest.param(
+        [1, 2.5, -1],
+        InputTypeError,
+        TypeError,
+        "key[1] must be an integer, got float",
+        id="first-type",
+    ),
+    pytest.param(
+        deque([3, -2]), InvalidInputError, ValueError, f"key[1] = -2 {RANGE}", id="deque"
+    ),
+    pytest.param(
+        object(), InputTypeError, TypeError, "key must be a sequence of integers, got object",
+        id="object",
+    ),
 ]
 
 
@@ -236,6 +272,50 @@ def test_bad_key(
     with raises(exc, builtin, message):
         getattr(cache, method)(key)
     check_unchanged(cache, handle, twin, twin_handle)
+
+
+class Index:
+    """An integer-like object that is not an int (what ``__index__`` is for)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+class LyingList(list):  # type: ignore[type-arg]
+    """A list whose ``__len__`` overstates (once read past the end by the native core)."""
+
+    def __len__(self) -> int:
+        return super().__len__() + 1000
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param([Index(1), Index(2), 3], id="index-objects"),
+        pytest.param(LyingList([1, 2, 3]), id="lying-len"),
+        pytest.param(range(1, 4), id="range"),
+        pytest.param(np.array([3, 2, 1], dtype=np.int32)[::-1], id="negative-stride"),
+        pytest.param(memoryview(array.array("i", [1, 2, 3])), id="memoryview"),
+        pytest.param(np.array([1, 2, 3], dtype=">i8"), id="big-endian"),
+    ],
+)
+def test_accepted_keys(impl: type, key: Any) -> None:
+    cache = impl()
+    assert cache.insert(key, LyingList([7, 8, 9]), priority=Index(3)) == 0
+    assert cache.match_prefix([1, 2, 3]).values.tolist() == [7, 8, 9]
+    assert cache.match_prefix(key).length == 3
+    cache.check()
+
+
+def test_pickling_a_cache_is_refused_with_one_message(impl: type) -> None:
+    cache = impl()
+    name = type(cache).__name__
+    for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=exactly(f"cannot pickle or copy {name!r} object")):
+            attempt(cache)
 
 
 def test_bad_key_is_reported_before_bad_values(impl: type) -> None:
@@ -603,7 +683,8 @@ def test_unlock_node_locked_only_through_a_descendant(impl: type) -> None:
 
 # -- capacity -------------------------------------------------------------------------------
 def test_cache_full_when_locked_nodes_prevent_fitting(impl: type) -> None:
-    cache = impl(capacity=8)
+    calls: list[Any] = []
+    cache = impl(capacity=8, on_evict=calls.append)
     cache.insert([1, 2, 3, 4])
     cache.insert([5, 6, 7, 8])
     locked = cache.match_prefix([1, 2, 3, 4]).node
@@ -615,11 +696,11 @@ def test_cache_full_when_locked_nodes_prevent_fitting(impl: type) -> None:
     with raises(CacheFullError, RuntimeError, message):
         cache.insert([9, 9, 9, 9, 9, 9], namespace="elsewhere")
     assert state(cache) == before  # nothing evicted, no namespace created
-    assert cache.take_evicted().tolist() == []
+    assert calls == []
     # After the lock is released the same insert fits, evicting in LRU order.
     cache.unlock(locked)
     assert cache.insert([9, 9, 9, 9, 9, 9]) == 0
-    assert cache.take_evicted().tolist() == [5, 6, 7, 8, 1, 2, 3, 4]
+    assert [c.tolist() for c in calls] == [[5, 6, 7, 8, 1, 2, 3, 4]]
     assert cache.stats.evicted_tokens == 8
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from radixmeta import _reference
-from radixmeta.testing import snapshot
+from radixmeta.testing import EvictionLog, snapshot
 
 DTYPES = (np.int64, np.uint32, np.int32)
 PRIORITIES = (-(2**63), -1, 0, 5, 2**63 - 1)
@@ -36,9 +36,10 @@ def test_long_keys_match_the_reference(
     native: Any, page_size: int, eviction: str, capacity: int | None
 ) -> None:
     rng = random.Random(f"{page_size}-{eviction}-{capacity}")
+    logs = [EvictionLog(), EvictionLog()]
     caches = [
-        native.CacheCore(page_size, eviction=eviction, capacity=capacity),
-        _reference.CacheCore(page_size, eviction=eviction, capacity=capacity),
+        native.CacheCore(page_size, eviction=eviction, capacity=capacity, on_evict=logs[0]),
+        _reference.CacheCore(page_size, eviction=eviction, capacity=capacity, on_evict=logs[1]),
     ]
     # Tiny alphabets make long shared prefixes and many siblings with one first token.
     stems = [[rng.randrange(3) for _ in range(n)] for n in (70, 300, 2_000, 20_000)]
@@ -72,7 +73,7 @@ def test_long_keys_match_the_reference(
             amount = rng.randrange(20_000)
             results = [c.evict(amount).values.tolist() for c in caches]
         assert results[0] == results[1], f"step {step}: {str(results)[:300]}"
-        taken = [c.take_evicted().tolist() for c in caches]
+        taken = [log.take() for log in logs]
         assert taken[0] == taken[1], f"step {step}"
         for c in caches:
             c.check()

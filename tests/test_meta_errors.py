@@ -7,6 +7,7 @@ same text; where two arguments are bad, the first in the documented checking ord
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -390,6 +391,8 @@ def test_cases_cover_every_method() -> None:
         (1.0, InputTypeError, "page_size must be an integer, got float"),
         ("2", InputTypeError, "page_size must be an integer, got str"),
         (None, InputTypeError, "page_size must be an integer, got NoneType"),
+        (True, InputTypeError, "page_size must be an integer, got bool"),
+        (2**32, InvalidInputError, "page_size must be < 2**32, got 4294967296"),
     ],
 )
 def test_bad_page_size(meta_impl: type, page_size: Any, exc: type, message: str) -> None:
@@ -436,6 +439,75 @@ def test_event_batch_statuses(meta_impl: type) -> None:
     twin.apply_cleared(v["reused"])
     assert state(tree) == state(twin)
     assert tree.apply_events([]).tolist() == []
+
+
+class Exploding:
+    """An integer-like object whose ``__index__`` raises what it is given."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __index__(self) -> int:
+        raise self.exc
+
+
+def test_event_batch_reports_any_exception_as_a_status(meta_impl: type) -> None:
+    """Whatever a record's objects raise becomes that record's status; the rest apply."""
+    tree, w = populated(meta_impl)
+    a = w["a"]
+    records = [
+        ("stored", a, None, [0xE1], [6, 6]),
+        ("stored", a, None, [Exploding(RuntimeError("bad hash"))], [6, 6]),
+        ("removed", a, [Exploding(LookupError("gone"))]),
+        ("stored", a, 0xE1, [0xE2], [Exploding(ZeroDivisionError())] * 2),
+        ("stored", a, 0xE1, [0xE3], [7, 7]),
+    ]
+    assert tree.apply_events(records).tolist() == [0, 3, 3, 3, 0]
+    tree.check()
+    twin, v = populated(meta_impl)
+    twin.apply_stored(v["a"], None, [0xE1], [6, 6])
+    twin.apply_stored(v["a"], 0xE1, [0xE3], [7, 7])
+    assert state(tree) == state(twin)
+
+
+def test_event_batch_interrupted_while_converting_changes_nothing(meta_impl: type) -> None:
+    """Records are converted before any is applied: an interrupt in the last leaves no trace."""
+    tree, w = populated(meta_impl)
+    before = state(tree)
+    records = [
+        ("stored", w["a"], None, [0xF1], [6, 6]),
+        ("cleared", w["b"]),
+        ("removed", w["a"], [Exploding(KeyboardInterrupt())]),
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        tree.apply_events(records)
+    assert state(tree) == before
+    tree.check()
+
+
+@pytest.mark.skipif(
+    os.environ.get("RADIXMETA_EXPECT_SANITIZED") == "1",
+    reason="ASan's calloc writes the 16 GiB array that is otherwise never touched",
+)
+def test_keys_longer_than_the_cores_index_are_refused(meta_impl: type, impl: type) -> None:
+    """Depths are 32-bit: a longer key is refused before it is read (np.zeros is lazy)."""
+    key = np.zeros(2**32 + 2, dtype=np.uint32)
+    message = exactly(f"key has {2**32 + 2} tokens; keys are limited to 2**32 - 1 tokens")
+    tree, w = populated(meta_impl)
+    before = state(tree)
+    for call in (
+        lambda: tree.insert(key, w["a"]),
+        lambda: tree.remove(key, w["a"]),
+        lambda: tree.match(key),
+    ):
+        with pytest.raises(InvalidInputError, match=message):
+            call()
+    assert state(tree) == before
+    cache = impl()
+    for call in (lambda: cache.insert(key), lambda: cache.match_prefix(key)):
+        with pytest.raises(InvalidInputError, match=message):
+            call()
+    assert cache.node_count == 0
 
 
 def test_match_many_touch_is_all_or_nothing(meta_impl: type) -> None:

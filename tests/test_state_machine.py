@@ -35,6 +35,7 @@ from radixmeta._types import EVICTION_POLICIES
 from radixmeta.errors import RadixMetaError, StaleNodeError
 from radixmeta.testing import (
     BruteForceCache,
+    EvictionLog,
     Unlock,
     operations,
     page_aligned_keys,
@@ -96,8 +97,15 @@ class CacheMachine(RuleBasedStateMachine):
         stems: list[list[int]],
         initial: list[tuple[tuple[int, int, list[int]], Hashable, int]],
     ) -> None:
-        self.caches = [cls(page_size, eviction=eviction, capacity=capacity) for cls in self.CORES]
-        self.model = BruteForceCache(page_size, eviction=eviction, capacity=capacity)
+        # One log per side: what each hands to on_evict must agree after every step.
+        self.logs = [EvictionLog() for _ in range(len(self.CORES) + 1)]
+        self.caches = [
+            cls(page_size, eviction=eviction, capacity=capacity, on_evict=log)
+            for cls, log in zip(self.CORES, self.logs, strict=False)
+        ]
+        self.model = BruteForceCache(
+            page_size, eviction=eviction, capacity=capacity, on_evict=self.logs[-1]
+        )
         self.sides: list[Any] = [*self.caches, self.model]
         self.stems = [s for s in stems if s] or [[0, 1, 2, 0]]
         self.next_slot = 1000
@@ -161,14 +169,25 @@ class CacheMachine(RuleBasedStateMachine):
             )
             assert len(set(results)) == 1, results
 
-    @rule(target=handles, key=KEYS, namespace=NAMESPACES, as_array=st.booleans())
-    def match(self, key: tuple[int, int, list[int]], namespace: Hashable, as_array: bool) -> Any:
+    @rule(
+        target=handles,
+        key=KEYS,
+        namespace=NAMESPACES,
+        as_array=st.booleans(),
+        gather=st.booleans(),
+    )
+    def match(
+        self, key: tuple[int, int, list[int]], namespace: Hashable, as_array: bool, gather: bool
+    ) -> Any:
         toks = self.key(key, as_array)
-        results = self.call(lambda c, _: c.match_prefix(toks, namespace=namespace))
+        results = self.call(lambda c, _: c.match_prefix(toks, namespace=namespace, values=gather))
         lengths = {(r.length, r.node.length) for r in results}
         assert len(lengths) == 1, lengths
         values = [r.values for r in results]
         for v in values:
+            if not gather:
+                assert v is None
+                continue
             assert v.dtype == np.int64
             np.testing.assert_array_equal(v, values[-1])
         return multiple(tuple(r.node for r in results))
@@ -200,11 +219,6 @@ class CacheMachine(RuleBasedStateMachine):
         assert freed[1:] == freed[:-1], freed
         assert {r.count for r in results} == {len(freed[0])}
 
-    @rule()
-    def take_evicted(self) -> None:
-        freed = [r.tolist() for r in self.call(lambda c, _: c.take_evicted())]
-        assert freed[1:] == freed[:-1], freed
-
     @precondition(lambda self: self.model.total_size >= 12)
     @rule(really=st.booleans())
     def reset(self, really: bool) -> None:
@@ -227,6 +241,8 @@ class CacheMachine(RuleBasedStateMachine):
         self.model.check()
         states = [snapshot(side) for side in self.sides]
         assert states[1:] == states[:-1], states
+        handed = [log.take() for log in self.logs]  # capacity evictions and resets
+        assert handed[1:] == handed[:-1], handed
         for namespace in self.model.namespaces():
             expected = self.model.nodes(namespace=namespace)
             for cache in self.caches:
@@ -258,8 +274,8 @@ def test_operation_lists_agree(
 ) -> None:
     """``run_operations`` gives the same outcomes on the core and on the model."""
     ops = data.draw(operations(page_size=page_size, namespaces=(None, "x")))
-    cache = impl(page_size, eviction=eviction, capacity=capacity)
-    model = BruteForceCache(page_size, eviction=eviction, capacity=capacity)
+    cache = impl(page_size, eviction=eviction, capacity=capacity, on_evict=EvictionLog())
+    model = BruteForceCache(page_size, eviction=eviction, capacity=capacity, on_evict=EvictionLog())
     assert run_operations(cache, ops) == run_operations(model, ops)
     cache.check()
     model.check()

@@ -6,10 +6,11 @@ tree holds must be exactly those stored minus those freed, and the counters must
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ class Worker(threading.Thread):
         self.seed = seed
         self.barrier = barrier
         self.stored: list[int] = []  # slot values the tree kept from our inserts
-        self.freed: list[int] = []  # slot values handed back by evict / take_evicted
+        self.freed: list[int] = []  # slot values handed back by evict
         self.lookups = self.hit_tokens = 0
         self.error: BaseException | None = None
 
@@ -84,26 +85,28 @@ class Worker(threading.Thread):
                     held.append(result.node)
             elif op < 0.8 and held:
                 cache.unlock(held.pop(rng.randrange(len(held))))  # never stale: it is locked
-            elif op < 0.92:
-                self.freed.extend(cache.evict(rng.randrange(8)).values.tolist())
             else:
-                self.freed.extend(cache.take_evicted().tolist())
+                self.freed.extend(cache.evict(rng.randrange(8)).values.tolist())
         for node in held:
             cache.unlock(node)
 
 
-def hammer(cache: Any, seed: int) -> None:
+def hammer(make: Callable[..., Any], seed: int) -> None:
+    """Hammer ``make(on_evict=...)``; the slots capacity eviction frees are counted as freed."""
+    evicted: list[int] = []
+    cache = make(on_evict=evicted.extend)  # list.extend is atomic under the GIL
     barrier = threading.Barrier(THREADS)
     workers = [Worker(cache, i, seed + i, barrier) for i in range(THREADS)]
     for w in workers:
         w.start()
     for w in workers:
-        w.join()
+        w.join(timeout=120)
+    assert not any(w.is_alive() for w in workers), "a hammer thread hung"
     errors = [w.error for w in workers if w.error is not None]
     if errors:
         raise errors[0]
     cache.check()
-    freed = [v for w in workers for v in w.freed] + cache.take_evicted().tolist()
+    freed = [v for w in workers for v in w.freed] + evicted
     stored = [v for w in workers for v in w.stored]
     held = {
         int(v)
@@ -135,14 +138,17 @@ def test_threads_on_radix_cache(
     fast_switching: None, rng: Any, page_size: int, capacity: int | None
 ) -> None:
     """The public RadixCache on the active backend (GIL-atomic native, or the locked reference)."""
-    hammer(RadixCache(page_size, eviction="lru", capacity=capacity), rng.randrange(2**32))
+    make = functools.partial(RadixCache, page_size, eviction="lru", capacity=capacity)
+    hammer(make, rng.randrange(2**32))
 
 
 def test_threads_on_reference_core(fast_switching: None, rng: Any) -> None:
     """The reference takes a lock per call, so it must survive the same hammering."""
-    hammer(_reference.CacheCore(1, eviction="lru", capacity=48), rng.randrange(2**32))
+    make = functools.partial(_reference.CacheCore, 1, eviction="lru", capacity=48)
+    hammer(make, rng.randrange(2**32))
 
 
 @pytest.mark.parametrize("eviction", ["lfu", "priority"])
 def test_threads_on_native_core(fast_switching: None, rng: Any, native: Any, eviction: str) -> None:
-    hammer(native.CacheCore(1, eviction=eviction, capacity=48), rng.randrange(2**32))
+    make = functools.partial(native.CacheCore, 1, eviction=eviction, capacity=48)
+    hammer(make, rng.randrange(2**32))

@@ -62,6 +62,26 @@ static void test_example_from_the_docs() {
   t.check_invariants();
 }
 
+// A worker registered after the caller sized its lengths array is not written
+// (nor, with touch, read), and a key too long for 32-bit depths is refused.
+static void test_match_stays_inside_the_lengths_array() {
+  MetaTree t(1);
+  for (uint32_t w = 0; w < 3; ++w) t.add_worker(w, w == 2 ? 16 : kNoCapacity);
+  const std::vector<Token> key{4, 5, 6};
+  for (uint32_t w = 0; w < 3; ++w) t.insert(key.data(), key.size(), w, 0);
+  int64_t lengths[3] = {-1, -1, -7};
+  CHECK(t.match(key.data(), key.size(), true, lengths, 2) == 3);
+  CHECK(lengths[0] == 3 && lengths[1] == 3 && lengths[2] == -7);
+  bool refused = false;
+  try {
+    t.match(key.data(), uint64_t{1} << 32, false, lengths, 2);
+  } catch (const std::length_error&) {
+    refused = true;
+  }
+  CHECK(refused);
+  t.check_invariants();
+}
+
 // A stored event the way the binding applies one: checked, then applied.
 static uint64_t store(MetaTree& t, uint32_t w, bool has_parent, uint64_t parent,
                       const uint64_t* hashes, uint32_t n, const Token* tokens) {
@@ -154,6 +174,7 @@ static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t 
 int main() {
   test_example_from_the_docs();
   test_block_events();
+  test_match_stays_inside_the_lengths_array();
   test_approximate_worker_keeps_to_capacity();
   test_random_against_model(1, 3, 1);
   test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word

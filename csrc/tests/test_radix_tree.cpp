@@ -1,5 +1,6 @@
 // Tests of the header-only core with g++ alone (no Python): `make -C csrc test`.
 // Deterministic: a fixed-seed generator drives the randomized part.
+#include <radixmeta/location_set.hpp>
 #include <radixmeta/radix_tree.hpp>
 
 #include "check.hpp"
@@ -131,6 +132,32 @@ static void test_namespaces_and_reset() {
   t.check_invariants();
 }
 
+static void test_emptied_namespaces_are_freed() {
+  RadixTree t(2, EvictionPolicy::kLru);
+  std::vector<Token> a{1, 2, 3, 4}, tail{5};
+  CHECK(t.insert(9, tail.data(), nullptr, 1, 0).prefix_length == 0);  // no whole page
+  CHECK(t.root_of(9) == radixmeta::kNoNode);
+  t.insert(9, a.data(), nullptr, 4, 0);
+  t.insert(8, a.data(), nullptr, 4, 0);
+  const uint32_t root = t.root_of(9);
+  CHECK(root != radixmeta::kNoNode && t.match_prefix(9, tail.data(), 0).node == 0);
+  t.evict(4, nullptr);  // namespace 9's only leaf: its root goes too
+  CHECK(t.root_of(9) == radixmeta::kNoNode && t.root_of(8) != radixmeta::kNoNode);
+  CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{9}));
+  CHECK(t.take_dropped_namespaces().empty());
+  t.check_invariants();
+  t.evict(4, nullptr);
+  CHECK(t.root_of(8) == radixmeta::kNoNode && t.root_of(0) == 0);  // the default stays
+  t.check_invariants();
+  bool refused = false;
+  try {
+    t.match_prefix(0, a.data(), uint64_t{1} << 32);  // refused before the key is read
+  } catch (const std::length_error&) {
+    refused = true;
+  }
+  CHECK(refused);
+}
+
 static void test_location_set() {
   radixmeta::LocationSet s;
   s.set(3);
@@ -257,6 +284,7 @@ int main() {
   test_unlock_needs_own_lock();
   test_capacity();
   test_namespaces_and_reset();
+  test_emptied_namespaces_are_freed();
   test_location_set();
   test_arena_evacuation();
   for (uint32_t page : {1u, 4u})

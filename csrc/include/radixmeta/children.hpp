@@ -1,12 +1,13 @@
-// The children of one node, keyed by the first token of each child's label.
+// The children of one node, keyed by a 32-bit key of each child's first page:
+// the first token itself at page size 1, a hash of the whole first page above
+// it (detail::page_key in paging.hpp).
 //
 // Most nodes have one or two children, so those live inline in the node (no
 // allocation, no extra cache miss). Beyond that the children move to an
 // open-addressing hash table (linear probing, multiplicative hash, load at
-// most 1/2), whose keys and ids sit together in one allocation. The key is
-// only the first token: with pages of P > 1 tokens two children may share a
-// first token and differ later in their first page, so a lookup walks every
-// entry with that key and the caller confirms the whole first page.
+// most 1/2), whose keys and ids sit together in one allocation. Above page
+// size 1 two different first pages may hash to one key, so a lookup walks
+// every entry with that key and the caller confirms the whole first page.
 #pragma once
 
 #include <cstdint>

@@ -129,6 +129,7 @@ class MetaTree {
 
   // Marks the pages of key[start, n) as held by w; returns the pages newly marked.
   uint64_t insert(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+    detail::check_key_length(n);
     n -= n % page_size_;
     ++clock_;
     Worker& wk = workers_[w];
@@ -185,6 +186,7 @@ class MetaTree {
 
   // Unmarks the pages of key[start, n) held by w; returns how many.
   uint64_t remove(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+    detail::check_key_length(n);
     n -= n % page_size_;
     uint64_t removed = 0;
     uint32_t node = root_;
@@ -220,9 +222,13 @@ class MetaTree {
   // Per-worker matched lengths of key into lengths[0, slots) (slots >= the
   // number of worker indices); returns how much of the key is in the tree.
   uint64_t match(const Token* key, uint64_t n, bool touch, int64_t* lengths, uint32_t slots) {
+    detail::check_key_length(n);
     n -= n % page_size_;
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
     alive_.assign(live_mask_.begin(), live_mask_.begin() + words);
+    // Only indices below slots have room in lengths: a worker registered
+    // after the caller sized the array is not written.
+    if (words != 0 && slots % 64 != 0) alive_[words - 1] &= (uint64_t{1} << (slots % 64)) - 1;
     active_.clear();
     for (uint32_t i = 0; i < words; ++i)
       if (alive_[i] != 0) active_.push_back(i);
@@ -258,7 +264,7 @@ class MetaTree {
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
         lengths[i * 64 + __builtin_ctzll(bits)] = static_cast<int64_t>(pos + partial);
-    if (touch) touch_counted(lengths, pos, partial);
+    if (touch) touch_counted(lengths, slots, pos, partial);
     return pos + partial;
   }
 
@@ -598,7 +604,8 @@ class MetaTree {
   }
 
   // match(touch=True): each approximate worker's counted pages take a new stamp.
-  void touch_counted(const int64_t* lengths, uint64_t pos, uint64_t partial) {
+  // Workers at slots or above were not matched (see match) and are not refreshed.
+  void touch_counted(const int64_t* lengths, uint32_t slots, uint64_t pos, uint64_t partial) {
     ++clock_;
     if (approximate_.empty() || path_.empty()) return;
     if (partial != 0) {
@@ -606,13 +613,14 @@ class MetaTree {
       // worker counts into it, so that only the counted part is refreshed.
       const uint32_t last = path_.back();
       for (uint32_t w : approximate_) {
-        if (static_cast<uint64_t>(lengths[w]) == pos + partial) {
+        if (w < slots && static_cast<uint64_t>(lengths[w]) == pos + partial) {
           path_.back() = split(last, static_cast<uint32_t>(partial));
           break;
         }
       }
     }
     for (uint32_t w : approximate_) {
+      if (w >= slots) continue;
       const uint64_t counted = static_cast<uint64_t>(lengths[w]);
       for (uint32_t x : path_) {
         if (nodes_[x].depth > counted) break;

@@ -5,12 +5,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include "children.hpp"
 #include "label_arena.hpp"
 
 namespace radixmeta {
 namespace detail {
+
+// Both trees store depths and lengths in 32 bits: a longer key is refused
+// before it is read (the binding refuses it first, with the library's error).
+inline void check_key_length(uint64_t n) {
+  if (n > UINT32_MAX) throw std::length_error("radixmeta: keys are limited to 2**32 - 1 tokens");
+}
 
 // Length of the common prefix of a[0..n) and b[0..n). Short labels (most
 // edges below the top of a tree) are compared inline four tokens at a time;

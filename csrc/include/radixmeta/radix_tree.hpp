@@ -1,8 +1,9 @@
-// radixmeta's core: a compressed radix tree over uint32 token ids.
+// radixmeta's core: the worker's KV cache, a compressed radix tree over
+// uint32 token ids with values per token, locks and eviction.
 //
-// Header-only C++17 with no Python dependency. One class serves both the
-// worker's KV cache (values per token, locks, eviction) and, later, the
-// router's meta-tree (per-node location sets, no values).
+// Header-only C++17 with no Python dependency. The router's meta-tree is a
+// class of its own (meta_tree.hpp) built from the same parts: label arena,
+// node pool, children tables and page helpers.
 //
 // Rules shared with the pure-Python reference (radixmeta/_reference.py); the
 // tests drive both side by side and require identical results:
@@ -11,11 +12,15 @@
 //    insert; nodes on the walked path take that stamp as their last access.
 //  * match_prefix adds one to the hit count of every node on the matched path
 //    (kept only under LFU, the one order that reads it) and splits the edge
-//    where the match ends inside it.
+//    where the match ends inside it. A match of length 0 names node 0, the
+//    default namespace's root, whatever the namespace.
+//  * A namespace other than the default has a root only while it holds a
+//    page: an insert of no whole page creates none, and the eviction of its
+//    last leaf frees the root (its id is reported by take_dropped_namespaces).
 //  * Every new node (a new leaf, or the upper half of a split) takes the next
 //    serial number. The upper half of a split copies the lock count, hit
-//    count, last access, creation stamp, priority and locations of the node
-//    it was cut from; the lower half keeps its id (so handles to it stay
+//    count, last access, creation stamp and priority of the node it was cut
+//    from; the lower half keeps its id (so handles to it stay
 //    valid) and the locks taken on it.
 //  * unlock(id) releases a lock taken on that very node; a count that only
 //    comes from locked descendants is not its to release.
@@ -39,7 +44,6 @@
 #include "children.hpp"
 #include "evict_heap.hpp"
 #include "label_arena.hpp"
-#include "location_set.hpp"
 #include "node_pool.hpp"
 #include "paging.hpp"
 #include "sentinels.hpp"
@@ -66,7 +70,7 @@ struct alignas(64) Node {
   int64_t priority = 0;
   uint64_t created = 0;
   uint64_t serial = 0;
-  LocationSet locations;
+  uint32_t ns = 0;         // a root's namespace id
   uint32_t hit_count = 0;  // kept only under LFU (the one order that reads it); saturates
   uint32_t depth = 0;      // tokens from the root to the end of this node
   uint32_t own_locks = 0;  // locks taken on this node itself (lock_count adds descendants')
@@ -191,14 +195,15 @@ class RadixTree {
   // Longest cached prefix of key[0..n) (cut to whole pages) in namespace ns.
   MatchOutcome match_prefix(uint32_t ns, const Token* key, size_t n) {
     n -= n % page_size_;
-    check_length(n);
+    detail::check_key_length(n);
     ++clock_;
     ++stats_.lookups;
     const uint32_t root = root_of(ns);
     if (root == kNoNode) return {0, 0};
     const Walk w = walk<WalkMode::kMatch>(root, key, n, 0);
     stats_.hit_tokens += w.length;
-    return {w.node, w.length};
+    // Namespace roots never escape as handles, so an emptied one can be freed.
+    return w.length == 0 ? MatchOutcome{0, 0} : MatchOutcome{w.node, w.length};
   }
 
   // Stores key[0..n) (cut to whole pages) with its values (null: the tokens
@@ -207,12 +212,15 @@ class RadixTree {
   InsertOutcome insert(uint32_t ns, const Token* key, const Value* values, size_t n,
                        int64_t priority) {
     n -= n % page_size_;
-    check_length(n);
+    detail::check_key_length(n);
     InsertOutcome out;
     if (capacity_ != kNoCapacity && !make_room(ns, key, n, &out)) return out;
     ++clock_;
     uint32_t root = root_of(ns);
-    if (root == kNoNode) root = make_root(ns);
+    if (root == kNoNode) {
+      if (n == 0) return out;  // an empty namespace costs nothing
+      root = make_root(ns);
+    }
     const Walk w = walk<WalkMode::kInsert>(root, key, n, priority);
     out.prefix_length = w.length;
     if (w.length < n) {
@@ -274,6 +282,7 @@ class RadixTree {
       free_node(x);
       Node& pn = nodes_[p];
       if (!pn.is_root && pn.lock_count == 0 && pn.children.empty()) heap_.push(p, key_of(pn));
+      if (pn.is_root && p != 0 && pn.children.empty()) drop_root(p);
     }
     stats_.evicted_tokens += done;
     maybe_compact();
@@ -281,9 +290,24 @@ class RadixTree {
   }
 
   // Values freed by capacity-driven eviction in insert, not yet taken. The
-  // binding swaps them out in one step (no window in which more could arrive).
+  // binding swaps them out after every insert, so they never outlive a call.
   const std::vector<Value>& pending_evicted() const { return pending_evicted_; }
   std::vector<Value>& pending_evicted_mutable() { return pending_evicted_; }
+
+  // Ids of the namespaces whose roots eviction freed since the last call
+  // (the binding recycles them). An id may have a root again by now.
+  std::vector<uint32_t> take_dropped_namespaces() { return std::exchange(dropped_namespaces_, {}); }
+
+  // Appends the values of every node of namespace ns to *out, in key order
+  // (a node before its children).
+  void values_in_order(uint32_t ns, std::vector<Value>* out) const {
+    if (!store_values()) throw std::logic_error("radixmeta: this tree stores no values");
+    visit_sorted(ns, [&](uint32_t id, uint32_t) {
+      const Node& n = nodes_[id];
+      const Value* v = arena_.values_for(n.chunk, n.label);
+      out->insert(out->end(), v, v + n.length);
+    });
+  }
 
   // Forgets everything; handles from before are told apart by the epoch.
   void reset() {
@@ -293,6 +317,7 @@ class RadixTree {
     arena_.clear();
     roots_.clear();
     pending_evicted_.clear();
+    dropped_namespaces_.clear();
     ++epoch_;
     clock_ = serial_ = 0;
     evictable_ = protected_ = node_count_ = 0;
@@ -332,7 +357,7 @@ class RadixTree {
                    roots_.size() * 32 + roots_.bucket_count() * sizeof(void*);
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
       const Node& n = nodes_[i];
-      if (n.alive) bytes += n.children.heap_bytes() + n.locations.heap_bytes();
+      if (n.alive) bytes += n.children.heap_bytes();
     }
     return bytes;
   }
@@ -349,6 +374,7 @@ class RadixTree {
       require(r.alive && r.is_root && r.parent == kNoNode && r.length == 0 && r.depth == 0,
               "a root is malformed");
       require(!heap_.contains(root) && r.lock_count == 0, "a root is locked or evictable");
+      require(r.ns == ns && (ns == 0 || !r.children.empty()), "an emptied namespace kept its root");
       stack.push_back(root);
       while (!stack.empty()) {
         const uint32_t id = stack.back();
@@ -402,9 +428,6 @@ class RadixTree {
     if (!ok) throw std::logic_error(std::string("radixmeta invariant violated: ") + what);
   }
 
-  static void check_length(size_t n) {
-    if (n > UINT32_MAX) throw std::length_error("radixmeta: keys are limited to 2**32 - 1 tokens");
-  }
 
   uint32_t make_root(uint32_t ns) {
     const uint32_t id = nodes_.allocate();
@@ -412,8 +435,20 @@ class RadixTree {
     r.parent = kNoNode;
     r.alive = r.is_root = true;
     r.length = r.depth = 0;
+    r.ns = ns;
     if (ns != 0) roots_.emplace(ns, id);
     return id;
+  }
+
+  // Frees the root of an emptied namespace (never the default one, node 0).
+  void drop_root(uint32_t id) {
+    Node& r = nodes_[id];
+    roots_.erase(r.ns);
+    dropped_namespaces_.push_back(r.ns);
+    r.alive = false;
+    ++r.generation;
+    r.children.clear();
+    nodes_.release(id);
   }
 
   uint32_t page_key(const Token* page) const { return detail::page_key(page, page_size_); }
@@ -471,7 +506,6 @@ class RadixTree {
     un.last_access = cn.last_access;
     un.created = cn.created;
     un.priority = cn.priority;
-    un.locations = cn.locations;
     un.serial = ++serial_;
     un.alive = true;
     un.is_root = false;
@@ -512,7 +546,6 @@ class RadixTree {
     n.alive = false;
     ++n.generation;
     n.children.clear();
-    n.locations.clear();
     --node_count_;
     nodes_.release(x);
   }
@@ -628,6 +661,7 @@ class RadixTree {
   EvictHeap heap_;
   std::unordered_map<uint32_t, uint32_t> roots_;  // namespace id -> root (ns 0 is node 0)
   std::vector<Value> pending_evicted_;
+  std::vector<uint32_t> dropped_namespaces_;
   TreeObserver* observer_ = nullptr;
   TreeStats stats_;
   uint64_t epoch_ = 0;
