@@ -198,6 +198,7 @@ cdef class MetaCore:
         """Register worker ``(name, dp_rank)``; ``capacity`` (tokens) makes it approximate."""
         with self._lock:
             worker = self._table.add(name, dp_rank, capacity)
+            capacity = self._table.capacities[worker.index]  # checked and converted to int
             self._tree.get().add_worker(worker.index, kNoCapacity if capacity is None else capacity)
             return worker
 

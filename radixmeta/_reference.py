@@ -24,17 +24,17 @@ Rules both implementations share (tests depend on them):
 
 from __future__ import annotations
 
-import functools
 import itertools
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from radixmeta import _keys
+from radixmeta._atomic import atomic
 from radixmeta._keys import check_flag, check_int, check_page_size
 from radixmeta._reference_meta import MetaCore, MetaMatch  # noqa: F401  (the backend's meta-tree)
 from radixmeta._types import EVICTION_POLICIES, TAKE_EVICTED_DEPRECATION, CacheStats
@@ -48,24 +48,7 @@ from radixmeta.errors import (
 )
 
 _owner_ids = itertools.count(1)
-_F = TypeVar("_F", bound=Callable[..., Any])
 _HIT_COUNT_MAX = 2**32 - 1  # the native core's hit counts saturate there
-
-
-def _atomic(method: _F) -> _F:
-    """Run the method under the cache's lock.
-
-    The native core gets atomicity from the GIL, which it holds for a whole
-    operation; plain Python code can be interrupted between any two bytecodes,
-    so the reference takes a re-entrant lock instead.
-    """
-
-    @functools.wraps(method)
-    def locked(self: CacheCore, *args: Any, **kwargs: Any) -> Any:
-        with self._mutex:
-            return method(self, *args, **kwargs)
-
-    return locked  # type: ignore[return-value]
 
 
 def _require(condition: bool, what: str) -> None:
@@ -230,31 +213,31 @@ class CacheCore:
         return self._on_evict
 
     @property
-    @_atomic
+    @atomic
     def evictable_size(self) -> int:
         """Tokens in unlocked nodes."""
         return self._evictable
 
     @property
-    @_atomic
+    @atomic
     def protected_size(self) -> int:
         """Tokens in locked nodes."""
         return self._protected
 
     @property
-    @_atomic
+    @atomic
     def total_size(self) -> int:
         """Tokens cached."""
         return self._evictable + self._protected
 
     @property
-    @_atomic
+    @atomic
     def node_count(self) -> int:
         """Nodes in the tree, roots not counted."""
         return self._nodes
 
     @property
-    @_atomic
+    @atomic
     def stats(self) -> CacheStats:
         """Cumulative counters as a :class:`~radixmeta.CacheStats`."""
         return CacheStats(*self._stats)
@@ -319,7 +302,7 @@ class CacheCore:
         return node.parent is not None and node.lock_count == 0 and not node.children
 
     # -- core API -------------------------------------------------------------------
-    @_atomic
+    @atomic
     def match_prefix(
         self, key: Any, *, namespace: Hashable = None, values: bool = True
     ) -> MatchResult:
@@ -399,7 +382,7 @@ class CacheCore:
                 break
         return pos, node
 
-    @_atomic
+    @atomic
     def insert(
         self,
         key: Any,
@@ -493,7 +476,7 @@ class CacheCore:
             if guard is not None:
                 self.unlock(guard)
 
-    @_atomic
+    @atomic
     def lock(self, node: Node) -> None:
         """Lock ``node`` and its path to the root against eviction."""
         walk: _TreeNode | None = self._node_of(node)
@@ -506,7 +489,7 @@ class CacheCore:
             walk.lock_count += 1
             walk = walk.parent
 
-    @_atomic
+    @atomic
     def unlock(self, node: Node) -> None:
         """Release one lock taken on ``node`` by :meth:`lock`."""
         target = self._node_of(node)
@@ -524,12 +507,12 @@ class CacheCore:
                 self._protected -= len(walk.label)
             walk = walk.parent
 
-    @_atomic
+    @atomic
     def lock_count(self, node: Node) -> int:
         """Number of locks held on ``node`` (directly or through descendants)."""
         return self._node_of(node).lock_count
 
-    @_atomic
+    @atomic
     def evict(self, num_tokens: int) -> EvictResult:
         """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order."""
         num_tokens = check_int("num_tokens", num_tokens, 0)
@@ -555,7 +538,7 @@ class CacheCore:
         self._stats[3] += len(freed)
         return freed
 
-    @_atomic
+    @atomic
     def take_evicted(self) -> np.ndarray:
         """Deprecated: the slots the most recent insert freed for capacity, not yet taken."""
         warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
@@ -563,7 +546,7 @@ class CacheCore:
         self._last_evicted = []
         return out
 
-    @_atomic
+    @atomic
     def reset(self) -> None:
         """Empty the cache and its counters; every existing handle becomes stale.
 
@@ -586,7 +569,7 @@ class CacheCore:
             stack.extend(child for _, child in sorted(node.children.items(), reverse=True))
         return out
 
-    @_atomic
+    @atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every leaf's full prefix and values, in lexicographic order of the prefix."""
         out: list[tuple[np.ndarray, np.ndarray]] = []
@@ -604,7 +587,7 @@ class CacheCore:
                 stack.append((child, toks, vals))
         return out
 
-    @_atomic
+    @atomic
     def _structure(self, namespace: Hashable = None) -> list[tuple[int, np.ndarray, int]]:
         """(level, label, lock count) of every node, depth first (for ``pretty``)."""
         out: list[tuple[int, np.ndarray, int]] = []
@@ -619,12 +602,12 @@ class CacheCore:
                 stack.append((child, level + 1))
         return out
 
-    @_atomic
+    @atomic
     def namespaces(self) -> list[Hashable]:
         """Namespaces that hold a page, in order of creation (None, the default, always listed)."""
         return list(self._roots)
 
-    @_atomic
+    @atomic
     def __reduce__(self) -> Any:
         # Copying would share the tree and the lock between two objects.
         msg = f"cannot pickle or copy {type(self).__name__!r} object"
@@ -638,7 +621,7 @@ class CacheCore:
             total += sys.getsizeof(node.label) + sys.getsizeof(node.values)
         return total
 
-    @_atomic
+    @atomic
     def check(self) -> None:
         """Verify every structural invariant in O(n); raises AssertionError on a violation."""
         evictable = protected = nodes = 0

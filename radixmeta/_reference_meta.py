@@ -30,16 +30,16 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from radixmeta import _blocks, _keys
+from radixmeta._atomic import atomic
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError
 
@@ -47,18 +47,6 @@ __all__ = ["MetaCore", "MetaMatch"]
 
 Tokens = tuple[int, ...]
 _Item = tuple[npt.NDArray[np.uint32], tuple[WorkerId, ...]]
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _atomic(method: _F) -> _F:
-    """Run the method under the tree's re-entrant lock (see ``radixmeta._reference``)."""
-
-    @functools.wraps(method)
-    def locked(self: MetaCore, *args: Any, **kwargs: Any) -> Any:
-        with self._mutex:
-            return method(self, *args, **kwargs)
-
-    return locked  # type: ignore[return-value]
 
 
 def _require(condition: bool, what: str) -> None:
@@ -182,25 +170,25 @@ class MetaCore:
         return self._page_size
 
     @property
-    @_atomic
+    @atomic
     def node_count(self) -> int:
         """Nodes in the tree, the root not counted."""
         return self._nodes
 
     @property
-    @_atomic
+    @atomic
     def n_workers(self) -> int:
         """Length of every ``lengths`` array: the highest worker index ever used, plus one."""
         return len(self._table.slots)
 
     @property
-    @_atomic
+    @atomic
     def workers(self) -> tuple[WorkerId, ...]:
         """The live workers, by index."""
         return self._table.live
 
     # -- workers --------------------------------------------------------------------------
-    @_atomic
+    @atomic
     def add_worker(self, name: str, dp_rank: int = 0, *, capacity: int | None = None) -> WorkerId:
         """Register a worker and return its ``WorkerId``.
 
@@ -235,7 +223,7 @@ class MetaCore:
         self._blocks[worker.index] = {}
         return worker
 
-    @_atomic
+    @atomic
     def remove_worker(self, worker: WorkerId) -> int:
         """Forget a worker: drop all its marks and free its index.
 
@@ -258,7 +246,7 @@ class MetaCore:
         self._table.remove(worker)
         return tokens
 
-    @_atomic
+    @atomic
     def worker(self, name: str, dp_rank: int = 0) -> WorkerId:
         """The ``WorkerId`` registered as ``(name, dp_rank)``.
 
@@ -269,12 +257,12 @@ class MetaCore:
         """
         return self._table.lookup(name, dp_rank)
 
-    @_atomic
+    @atomic
     def capacity_of(self, worker: WorkerId) -> int | None:
         """The worker's capacity in tokens, or None for an exact worker."""
         return self._table.capacities[self._table.resolve(worker)]
 
-    @_atomic
+    @atomic
     def held_tokens(self, worker: WorkerId) -> int:
         """Tokens the worker holds."""
         return self._held[self._table.resolve(worker)]
@@ -304,7 +292,7 @@ class MetaCore:
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
-    @_atomic
+    @atomic
     def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
         """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
 
@@ -376,7 +364,7 @@ class MetaCore:
             self._evict(index)
         return newly
 
-    @_atomic
+    @atomic
     def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
         """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
 
@@ -428,7 +416,7 @@ class MetaCore:
         self._free_unused()
         return removed
 
-    @_atomic
+    @atomic
     def match(self, key: Any, *, touch: bool = False) -> MetaMatch:
         """Every worker's matched length of ``key``, in one walk.
 
@@ -454,7 +442,7 @@ class MetaCore:
         touch = _check_touch(touch)
         return self._match(toks, touch)
 
-    @_atomic
+    @atomic
     def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
@@ -531,7 +519,7 @@ class MetaCore:
         return MetaMatch(lengths, pos, slots)
 
     # -- engine block events ----------------------------------------------------------------
-    @_atomic
+    @atomic
     def apply_stored(
         self,
         worker: WorkerId,
@@ -628,7 +616,7 @@ class MetaCore:
             self._evict(index)
         return newly
 
-    @_atomic
+    @atomic
     def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
         """Apply a KV ``BlockRemoved`` event; hashes the worker does not hold are skipped.
 
@@ -665,7 +653,7 @@ class MetaCore:
         self._free_unused()
         return removed
 
-    @_atomic
+    @atomic
     def apply_cleared(self, worker: WorkerId) -> int:
         """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing any more.
 
@@ -676,7 +664,7 @@ class MetaCore:
         """
         return self._drop_all(self._table.resolve(worker))
 
-    @_atomic
+    @atomic
     def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
         """Apply event records in order, each atomically; a failing record stops nothing.
 
@@ -740,7 +728,7 @@ class MetaCore:
         raise InvalidInputError(msg)
 
     # -- whole tree -----------------------------------------------------------------------------
-    @_atomic
+    @atomic
     def items(self, worker: WorkerId | None = None) -> list[_Item]:
         """One ``(key, holders)`` per node, depth first, children in lexicographic order.
 
@@ -764,7 +752,7 @@ class MetaCore:
                 out.append((np.array(path, dtype=np.uint32), holders))
         return out
 
-    @_atomic
+    @atomic
     def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
         """Records ``(key, start)``: ``insert(key, w, start=start)`` of each rebuilds its pages.
 
@@ -780,7 +768,7 @@ class MetaCore:
             (np.array(path, dtype=np.uint32), node.depth - len(node.label)) for node, path in held
         ]
 
-    @_atomic
+    @atomic
     def memory_usage(self) -> int:
         """Estimated bytes held by the Python objects of the tree (rough)."""
         total = sys.getsizeof(self) + sys.getsizeof(self._held) + sys.getsizeof(self._blocks)
@@ -791,7 +779,7 @@ class MetaCore:
             total += sys.getsizeof(node.hashes)
         return total
 
-    @_atomic
+    @atomic
     def check(self) -> None:
         """Verify every invariant in O(n + marks); raises AssertionError on a violation."""
         p = self._page_size
@@ -845,13 +833,13 @@ class MetaCore:
                 _require(len(stamp_keys[i]) == count, "two nodes of a worker tie in recency")
 
     # -- pickle support ---------------------------------------------------------------------------
-    @_atomic
+    @atomic
     def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
         """(hash, path to the page end) for every block hash of the worker, by hash."""
         bmap = self._blocks[self._table.resolve(worker)]
         return [(h, np.array(self._path(bmap[h]), dtype=np.uint32)) for h in sorted(bmap)]
 
-    @_atomic
+    @atomic
     def _bind_hash(self, worker: WorkerId, key: Any, block_hash: Any) -> None:
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
         index = self._table.resolve(worker)
@@ -874,17 +862,17 @@ class MetaCore:
             del self._blocks[index][h]
         self._bind(node, index, h)
 
-    @_atomic
+    @atomic
     def _worker_state(self) -> tuple[Any, ...]:
         """The worker registry's state, for pickling."""
         return self._table.state()
 
-    @_atomic
+    @atomic
     def _pickle_state(self) -> tuple[Any, list[Any]]:
         """Registry, and per live worker its dump and block hashes, read in one locked step."""
         workers = [(w.index, self.dump(w), self._block_entries(w)) for w in self._table.live]
         return self._table.state(), workers
-    @_atomic
+    @atomic
     def _adopt_table(self, state: tuple[Any, ...]) -> None:
         """Take over a pickled worker registry (the tree must have no workers yet)."""
         if self._table.slots:

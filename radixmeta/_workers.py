@@ -16,8 +16,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from radixmeta._keys import check_int
 from radixmeta.errors import (
     DuplicateWorkerError,
     InputTypeError,
@@ -69,8 +68,8 @@ class WorkerTable:
         if not isinstance(name, str):
             msg = f"worker name must be a str, got {type(name).__name__}"
             raise InputTypeError(msg)
-        rank = _check_count("dp_rank", dp_rank)
-        cap = None if capacity is None else _check_count("capacity", capacity)
+        rank = check_int("dp_rank", dp_rank, 0)
+        cap = None if capacity is None else check_int("capacity", capacity, 0)
         if cap is not None and cap >= 2**63:
             msg = f"capacity must be below 2**63 tokens, got {cap}"
             raise InvalidInputError(msg)
@@ -111,7 +110,7 @@ class WorkerTable:
 
     def lookup(self, name: Any, dp_rank: Any) -> WorkerId:
         """The live WorkerId registered as ``(name, dp_rank)``."""
-        rank = _check_count("dp_rank", dp_rank)
+        rank = check_int("dp_rank", dp_rank, 0)
         worker = self._by_name.get((name, rank)) if isinstance(name, str) else None
         if worker is None:
             msg = f"no worker ({name!r}, dp_rank={rank}) is registered"
@@ -137,17 +136,6 @@ class WorkerTable:
         table._free = [i for i, w in enumerate(table.slots) if w is None]
         heapq.heapify(table._free)
         return table
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    number = int(value)
-    if number < 0:
-        msg = f"{name} must be >= 0, got {number}"
-        raise InvalidInputError(msg)
-    return number
 
 
 def resolve_in(slots: tuple[WorkerId | None, ...], worker: Any) -> int:
