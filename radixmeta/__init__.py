@@ -9,6 +9,7 @@ from radixmeta._impl import implementation
 from radixmeta._types import CacheStats
 from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
+from radixmeta.log import EventLog
 from radixmeta.meta import MetaTree
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ MetaMatch = _backend.MetaMatch
 __all__ = [
     "BlockStatus",
     "CacheStats",
+    "EventLog",
     "EvictResult",
     "MatchResult",
     "MetaMatch",

@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from radixmeta._records import Record
 from radixmeta._types import CacheStats
 from radixmeta._workers import WorkerId
 
@@ -26,6 +27,35 @@ class EvictResult:
     @property
     def count(self) -> int: ...
 
+class EventLogCore:
+    def __init__(
+        self,
+        capacity: int = 65536,
+        *,
+        form: str = "path",
+        hash: str | Callable[[npt.NDArray[np.uint32], int], Any] | None = None,
+        worker: str = "",
+        dp_rank: int = 0,
+    ) -> None: ...
+    @property
+    def form(self) -> str: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def dp_rank(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def hash(self) -> str | Callable[[npt.NDArray[np.uint32], int], Any] | None: ...
+    @property
+    def next_seq(self) -> int: ...
+    @property
+    def oldest_seq(self) -> int: ...
+    @property
+    def attached(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def read(self, after: int | None = None, *, max_records: int | None = None) -> list[Record]: ...
+
 class CacheCore:
     def __init__(
         self,
@@ -34,7 +64,11 @@ class CacheCore:
         eviction: str = "lru",
         capacity: int | None = None,
         on_evict: Callable[[npt.NDArray[np.int64]], object] | None = None,
+        event_log: EventLogCore | None = None,
     ) -> None: ...
+    @property
+    def event_log(self) -> EventLogCore | None: ...
+    def snapshot(self) -> list[Record]: ...
     @property
     def on_evict(self) -> Callable[[npt.NDArray[np.int64]], object] | None: ...
     @property

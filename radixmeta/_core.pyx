@@ -15,7 +15,7 @@ reads all it needs out of the tree before it creates any object.
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.ref cimport Py_INCREF
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.memory cimport unique_ptr
 from libcpp.pair cimport pair
@@ -29,11 +29,13 @@ from radixmeta._radix_tree cimport (
     InsertOutcome,
     MatchOutcome,
     RadixTree,
+    TreeObserver,
     TreeStats,
     kNoCapacity,
     kNoNode,
 )
 
+import collections
 import itertools
 import warnings
 
@@ -286,6 +288,13 @@ cdef inline cnp.ndarray _new_uint32(size_t n):
     return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT32, 0)
 
 
+cdef cnp.ndarray _uint32_copy(const vector[uint32_t]& tokens, size_t begin, size_t end):
+    arr = _new_uint32(end - begin)
+    if end > begin:
+        memcpy(cnp.PyArray_DATA(arr), tokens.data() + begin, (end - begin) * sizeof(uint32_t))
+    return arr
+
+
 # -- result types ------------------------------------------------------------------
 
 # Freelists recycle these small objects: every match creates a Node and a MatchResult.
@@ -342,6 +351,9 @@ cdef class EvictResult:
         return f"EvictResult(count={self.count})"
 
 
+include "_log_core.pxi"
+
+
 # -- the cache ---------------------------------------------------------------------
 
 cdef class CacheCore:
@@ -352,16 +364,22 @@ cdef class CacheCore:
     cdef str _eviction
     cdef object _capacity
     cdef object _on_evict
-    # Namespace object -> dense id (0 is None), and back. An id is recycled once
-    # the core frees its namespace's root, so both stay as small as the live set.
+    # Namespace object -> dense id (0 is None) of the live namespaces, and id ->
+    # object of those and of the retired ones an event log may still name. An id
+    # is recycled once the core frees its namespace's root (with a log: once the
+    # log holds no record of it), so both stay as small as the live set.
     cdef dict _ns_ids
     cdef dict _ns_names
     cdef list _free_ns_ids
+    cdef uint32_t _next_ns_id
+    cdef object _retiring  # deque of (id, the log's next seq when it retired)
+    cdef EventLogCore _log
     # Slots the last insert freed for capacity, only for the deprecated
     # take_evicted() when there is no on_evict: never more than one call's worth.
     cdef object _last_evicted
 
-    def __cinit__(self, page_size=1, *, eviction="lru", capacity=None, on_evict=None):
+    def __cinit__(self, page_size=1, *, eviction="lru", capacity=None, on_evict=None,
+                  event_log=None):
         cdef uint32_t page = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
@@ -372,6 +390,10 @@ cdef class CacheCore:
             raise InputTypeError(
                 f"on_evict must be callable or None, got {type(on_evict).__name__}"
             )
+        if event_log is not None and not isinstance(event_log, EventLogCore):
+            raise InputTypeError(
+                f"event_log must be an EventLog or None, got {type(event_log).__name__}"
+            )
         # A policy's position in EVICTION_POLICIES is its C++ EvictionPolicy value.
         self._tree.reset(new RadixTree(
             page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
@@ -381,8 +403,26 @@ cdef class CacheCore:
         self._eviction = eviction
         self._capacity = capacity
         self._on_evict = on_evict
-        self._forget_namespaces()
+        self._ns_names = {0: None}
+        self._ns_ids = {None: 0}
+        self._free_ns_ids = []
+        self._next_ns_id = 1
+        self._retiring = collections.deque()
         self._last_evicted = None
+        self._log = None
+        if event_log is not None:
+            (<EventLogCore>event_log)._attach(self._ns_names, page)
+            self._log = event_log
+            self._tree.get().set_observer(self._log._ring.get())
+
+    def __dealloc__(self):
+        if self._tree:  # the log may outlive the cache: the tree must not keep a pointer to it
+            self._tree.get().set_observer(NULL)
+
+    @property
+    def event_log(self):
+        """The attached :class:`~radixmeta.EventLog`, or None."""
+        return self._log
 
     def __reduce__(self):
         # The tree lives in C++ memory: a copy would need a deep, versioned format.
@@ -444,21 +484,52 @@ cdef class CacheCore:
             return ns
         if not create:
             return _NO_NAMESPACE
-        ns = self._free_ns_ids.pop() if self._free_ns_ids else len(self._ns_ids)
+        if self._free_ns_ids:
+            ns = self._free_ns_ids.pop()
+        else:
+            ns = self._next_ns_id
+            self._next_ns_id += 1
         self._ns_ids[namespace] = ns
         self._ns_names[ns] = namespace
         return ns
 
-    cdef void _forget_namespaces(self):
+    cdef int _forget_namespaces(self) except -1:
+        for ns in list(self._ns_ids.values()):
+            if ns:
+                self._retire(ns)
         self._ns_ids = {None: 0}
-        self._ns_names = {0: None}
-        self._free_ns_ids = []
+        if self._log is None:  # nothing can name the old ids: start afresh
+            self._free_ns_ids = []
+            self._next_ns_id = 1
+        return 0
+
+    cdef int _retire(self, uint32_t ns) except -1:
+        """ns names no live namespace any more; recycle it once no log record names it."""
+        if self._log is None:
+            del self._ns_names[ns]
+            self._free_ns_ids.append(ns)
+        else:
+            self._retiring.append((ns, self._log._ring.get().next_seq()))
+        return 0
+
+    cdef int _recycle_retired(self) except -1:
+        cdef uint64_t oldest
+        if self._retiring:
+            oldest = self._log._ring.get().oldest_seq()
+            while self._retiring and self._retiring[0][1] <= oldest:
+                ns = self._retiring.popleft()[0]
+                del self._ns_names[ns]
+                self._free_ns_ids.append(ns)
+        return 0
 
     cdef int _release_namespace(self, uint32_t ns) except -1:
         """Forget namespace id ns if the core holds no root for it (it may have one again)."""
-        if ns != 0 and self._tree.get().root_of(ns) == kNoNode and ns in self._ns_names:
-            del self._ns_ids[self._ns_names.pop(ns)]
-            self._free_ns_ids.append(ns)
+        if ns == 0 or self._tree.get().root_of(ns) != kNoNode:
+            return 0
+        name = self._ns_names.get(ns)
+        if self._ns_ids.get(name) == ns:  # live: not already retired
+            del self._ns_ids[name]
+            self._retire(ns)
         return 0
 
     cdef int _release_dropped_namespaces(self) except -1:
@@ -569,6 +640,8 @@ cdef class CacheCore:
             self._release_dropped_namespaces()
         if ns != 0:
             self._release_namespace(ns)
+        if self._log is not None:
+            self._recycle_retired()
         if not out.fits:
             raise CacheFullError(
                 f"cannot fit {out.new_tokens} new tokens under capacity {self._capacity}: "
@@ -615,6 +688,8 @@ cdef class CacheCore:
             del freed
             raise
         self._release_dropped_namespaces()
+        if self._log is not None:
+            self._recycle_retired()
         cdef EvictResult result = EvictResult.__new__(EvictResult)
         result.values = values
         result.count = len(values)
@@ -639,6 +714,8 @@ cdef class CacheCore:
                     self._tree.get().values_in_order(ns, held)
             self._tree.get().reset()
             self._forget_namespaces()
+            if self._log is not None:
+                self._recycle_retired()
             self._last_evicted = None
             slots = _adopt_int64(held)
         except BaseException:
@@ -705,6 +782,37 @@ cdef class CacheCore:
             out.append((nodes[i].second, all_labels[start:ends[i]].copy(), locks[i]))
             start = ends[i]
         return out
+
+    def snapshot(self):
+        """The records that rebuild this cache: one ``Stored`` per node, a node before its
+        children, namespace by namespace, all stamped with the log's latest sequence number.
+
+        A consumer that fell off the log (``LogTruncatedError``) clears the worker,
+        applies these, then reads on after their ``seq``. Complexity: O(n + tokens of
+        all paths).
+        """
+        if self._log is None:
+            raise InvalidInputError("snapshot() needs an event log: pass event_log= to RadixCache")
+        cdef RadixTree* tree = self._tree.get()
+        cdef vector[EventRecord] picked
+        cdef vector[uint32_t] tokens
+        cdef vector[pair[uint32_t, uint32_t]] nodes
+        cdef EventRecord r
+        cdef size_t old
+        r.kind = 0
+        r.seq = 0
+        r.offset = 0
+        for ns in self._ns_ids.values():
+            nodes = tree.structure(ns)
+            for entry in nodes:
+                r.ns = ns
+                r.length = tree.node(entry.first).depth
+                r.start = r.length - tree.node(entry.first).length
+                old = tokens.size()
+                tokens.resize(old + r.length)
+                tree.path_tokens(entry.first, tokens.data() + old)
+                picked.push_back(r)
+        return self._log._records(picked, tokens, <int64_t>self._log._ring.get().next_seq() - 1)
 
     def namespaces(self):
         """Namespaces that hold a page, in order of creation (None, the default, always listed)."""

@@ -61,13 +61,6 @@ cdef inline void _append(vector[uint32_t]* dst, const vector[uint32_t]& src):
         memcpy(dst.data() + old, src.data(), src.size() * sizeof(uint32_t))
 
 
-cdef cnp.ndarray _uint32_copy(const vector[uint32_t]& tokens, size_t begin, size_t end):
-    arr = _new_uint32(end - begin)
-    if end > begin:
-        memcpy(cnp.PyArray_DATA(arr), tokens.data() + begin, (end - begin) * sizeof(uint32_t))
-    return arr
-
-
 cdef struct _NodeRecords:
     # What items() and dump() read out of the tree, flat, before any object is made.
     vector[uint32_t] paths

@@ -40,6 +40,9 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         uint64_t inserted_tokens
         uint64_t evicted_tokens
 
+    cdef cppclass TreeObserver:
+        pass
+
     cdef cppclass RadixTree:
         RadixTree(uint32_t page_size, EvictionPolicy policy, bool store_values,
                   uint64_t capacity) except +
@@ -69,5 +72,6 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         void reset() except +
         vector[uint32_t] leaves_in_order(uint32_t ns) except +
         vector[pair[uint32_t, uint32_t]] structure(uint32_t ns) except +
+        void set_observer(TreeObserver* observer)
         size_t memory_usage()
         void check_invariants() except +

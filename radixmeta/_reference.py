@@ -36,6 +36,7 @@ import numpy as np
 from radixmeta import _keys
 from radixmeta._atomic import atomic
 from radixmeta._keys import check_flag, check_int, check_page_size
+from radixmeta._reference_log import CLEARED, REMOVED, STORED, EventLogCore
 from radixmeta._reference_meta import MetaCore, MetaMatch  # noqa: F401  (the backend's meta-tree)
 from radixmeta._types import EVICTION_POLICIES, TAKE_EVICTED_DEPRECATION, CacheStats
 from radixmeta.errors import (
@@ -163,6 +164,7 @@ class CacheCore:
         eviction: str = "lru",
         capacity: int | None = None,
         on_evict: Callable[[np.ndarray], object] | None = None,
+        event_log: EventLogCore | None = None,
     ) -> None:
         self._page_size = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
@@ -175,6 +177,12 @@ class CacheCore:
             msg = f"on_evict must be callable or None, got {type(on_evict).__name__}"
             raise InputTypeError(msg)
         self._on_evict = on_evict
+        if event_log is not None and not isinstance(event_log, EventLogCore):
+            msg = f"event_log must be an EventLog or None, got {type(event_log).__name__}"
+            raise InputTypeError(msg)
+        if event_log is not None:
+            event_log._attach(self._page_size)
+        self._log = event_log
         self._owner = next(_owner_ids)
         self._mutex = threading.RLock()
         self._init_state()
@@ -206,6 +214,11 @@ class CacheCore:
     def capacity(self) -> int | None:
         """The capacity in tokens, or None."""
         return self._capacity
+
+    @property
+    def event_log(self) -> EventLogCore | None:
+        """The attached :class:`~radixmeta.EventLog`, or None."""
+        return self._log
 
     @property
     def on_evict(self) -> Callable[[np.ndarray], object] | None:
@@ -432,6 +445,8 @@ class CacheCore:
             self._nodes += 1
             self._evictable += n - pos
             self._stats[2] += n - pos
+            if self._log is not None:
+                self._log._record(STORED, self._namespace_of(leaf), toks, pos)
         return pos
 
     def _hand_over(self, freed: list[int]) -> None:
@@ -525,6 +540,9 @@ class CacheCore:
             if not leaves:
                 break
             victim = min(leaves, key=self._eviction_key)
+            if self._log is not None:  # recorded while its path can still be read
+                start = victim.depth - len(victim.label)
+                self._log._record(REMOVED, self._namespace_of(victim), self._path(victim), start)
             freed.extend(victim.values)
             parent = victim.parent
             assert parent is not None
@@ -553,21 +571,51 @@ class CacheCore:
         With ``on_evict``, every slot the cache held is handed to it afterwards.
         """
         held = [v for root in self._roots.values() for v in self._values_in_order(root)]
+        if self._log is not None:
+            self._log._record(CLEARED, None, (), 0)
         for node in self._all_nodes():
             node.generation += 1
         self._init_state()
         if self._on_evict is not None and held:
             self._on_evict(np.array(held, dtype=np.int64))
 
-    def _values_in_order(self, root: _TreeNode) -> list[int]:
-        """The values of every node below ``root`` in key order, a node before its children."""
-        out: list[int] = []
+    def _namespace_of(self, node: _TreeNode) -> Hashable:
+        while node.parent is not None:
+            node = node.parent
+        return node.namespace
+
+    def _path(self, node: _TreeNode) -> tuple[int, ...]:
+        parts = []
+        walk: _TreeNode | None = node
+        while walk is not None:
+            parts.append(walk.label)
+            walk = walk.parent
+        return tuple(t for part in reversed(parts) for t in part)
+
+    def _nodes_in_order(self, root: _TreeNode) -> Iterator[_TreeNode]:
+        """The nodes below ``root`` in key order, a node before its children."""
         stack = [child for _, child in sorted(root.children.items(), reverse=True)]
         while stack:
             node = stack.pop()
-            out.extend(node.values)
+            yield node
             stack.extend(child for _, child in sorted(node.children.items(), reverse=True))
-        return out
+
+    @atomic
+    def snapshot(self) -> list[Any]:
+        """The records that rebuild this cache, stamped with the log's latest seq."""
+        if self._log is None:
+            msg = "snapshot() needs an event log: pass event_log= to RadixCache"
+            raise InvalidInputError(msg)
+        seq = self._log.next_seq - 1
+        return [
+            self._log._build(seq, STORED, ns, self._path(node), node.depth - len(node.label))
+            for ns, root in self._roots.items()
+            for node in self._nodes_in_order(root)
+        ]
+
+    def _values_in_order(self, root: _TreeNode) -> list[int]:
+        """The values of every node below ``root`` in key order, a node before its children."""
+        return [v for node in self._nodes_in_order(root) for v in node.values]
 
     @atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -24,6 +24,7 @@ __all__ = [
     "BlockEventError",
     "UnknownParentError",
     "BlockConflictError",
+    "LogTruncatedError",
 ]
 
 
@@ -89,3 +90,18 @@ class UnknownParentError(BlockEventError):
 
 class BlockConflictError(BlockEventError):
     """A block hash would name two different pages for one worker, or form a cycle."""
+
+
+class LogTruncatedError(RadixMetaError, LookupError):
+    """The records a consumer asked for were dropped from a bounded event log.
+
+    ``oldest_seq`` is the oldest sequence number still held. The consumer
+    resyncs from the cache's ``snapshot()`` and reads on after its seq.
+    """
+
+    def __init__(self, message: str, oldest_seq: int) -> None:
+        super().__init__(message)
+        self.oldest_seq = oldest_seq
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:
+        return type(self), (str(self), self.oldest_seq)
