@@ -116,7 +116,15 @@ class EventLogCore:
             scheme = self._scheme or _hashing.chain_hashes
             hashes = checked_hashes(scheme(tokens, self._page), len(path) // self._page)
         return make_record(
-            kind, self.worker, self.dp_rank, seq, namespace, tokens, start, self._page, hashes  # type: ignore[arg-type]
+            kind,
+            self.worker,
+            self.dp_rank,
+            seq,
+            namespace,
+            tokens,
+            start,
+            self._page,
+            hashes,  # type: ignore[arg-type]
         )
 
     def __repr__(self) -> str:

@@ -79,9 +79,10 @@ def test_replaying_the_log_reproduces_the_cache(
         for _ in range(40):
             stem = [rng.randrange(3 if page_size == 1 else 2) for _ in range(rng.randrange(60))]
             query = np.array(stem, dtype=np.uint32)
-            assert tree.match(query).length_of(w) == cache_cls.match_prefix(
-                cache, query, values=False
-            ).length
+            assert (
+                tree.match(query).length_of(w)
+                == cache_cls.match_prefix(cache, query, values=False).length
+            )
         assert tree.held_tokens(w) == cache.total_size
 
 

@@ -1,0 +1,443 @@
+"""Router-side replay of workers' event records into a MetaTree.
+
+The A.4 design's weak consistency: workers commit what their caches store and
+evict to a log, and the router replays that log into its meta-tree when it is
+idle. :class:`Replayer` keeps a cursor per (worker, dp rank), applies records in
+order within a budget, and repairs what the transport broke:
+
+* a record already applied (its ``(seq, index)`` at or before the cursor) is a
+  duplicate and is dropped;
+* a record after a gap asks the source for the missing range; if the source
+  cannot serve it, the worker is resynced from the source's snapshot, or, with
+  none (vLLM and SGLang publishers keep no snapshot), cleared and marked stale
+  until its next records, which become its new baseline;
+* a sequence that goes back by more than ``restart_window`` is a restarted
+  worker: it is cleared and starts again (a transport that knows of a restart
+  for sure, say a new publisher id, calls :meth:`Replayer.restart`);
+* ``Cleared`` is a barrier: everything the worker held before it goes.
+
+A record that cannot apply (its parent was never seen, a hash conflict, a
+malformed field) is counted, logged with its worker and seq, and skipped: the
+replayer never raises for a record and never applies half of one, because each
+MetaTree call is checked whole before it changes anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from radixmeta._records import Cleared, Record, Removed, Stored
+from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
+
+__all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag"]
+
+logger = logging.getLogger("radixmeta.replay")
+
+_Key = tuple[str, int]
+
+
+class ReplaySource(Protocol):
+    """Where a replayer asks for what it missed (both methods may return None: cannot)."""
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
+        """The worker's records from sequence ``from_seq`` on, in order, or None."""
+
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
+        """Records that rebuild the worker, all stamped with one seq, or None."""
+
+
+@dataclass
+class ReplayStats:
+    """Counts of one :meth:`Replayer.replay` call (or, from ``Replayer.stats``, of all)."""
+
+    applied: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    replays_requested: int = 0
+    resyncs: int = 0
+    stale: int = 0  # resyncs that found no snapshot: the worker was cleared
+    restarts: int = 0
+    malformed: int = 0
+    unknown_worker: int = 0
+    pending: int = 0  # records still waiting when the call returned
+
+    def add(self, other: ReplayStats) -> None:
+        for f in fields(self):
+            if f.name != "pending":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.pending = other.pending
+
+
+@dataclass(frozen=True)
+class WorkerLag:
+    """How far the tree is behind one worker's newest record."""
+
+    worker: str
+    dp_rank: int
+    applied_seq: int | None
+    newest_seq: int | None
+    records: int  # records of this worker seen but not yet applied
+    seconds: float  # age of the oldest of those
+    stale: bool
+
+
+@dataclass
+class _Cursor:
+    seq: int | None = None  # None: nothing applied yet (the next record is a baseline)
+    index: int = 0
+    stale: bool = False
+    newest: int | None = None
+    waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
+
+
+class Replayer:
+    """Apply workers' event records to a :class:`~radixmeta.MetaTree`, in order, within a budget.
+
+    Parameters
+    ----------
+    meta_tree : MetaTree
+        The tree to keep up to date. Records of workers it does not know are
+        counted (``unknown_worker``) and skipped, so workers can be added and
+        removed while records flow.
+    source : ReplaySource, optional
+        Where to ask for the records of a gap and for snapshots. Without one a
+        gap is resynced as for a publisher with no snapshot.
+    restart_window : int, default 16
+        A sequence number lower than the worker's cursor by more than this
+        means the worker restarted; a lower one within the window is a
+        duplicate (a re-delivered or reordered batch). A worker that restarts
+        before publishing this many batches is not recognised by its numbers
+        alone: its old pages stay until evicted or cleared, which costs the
+        router stale hits (a recompute), never a wrong answer.
+
+    Examples
+    --------
+    >>> from radixmeta import EventLog, MetaTree, RadixCache
+    >>> log = EventLog(worker="w0")
+    >>> cache = RadixCache(event_log=log)
+    >>> tree = MetaTree()
+    >>> w0 = tree.add_worker("w0")
+    >>> replayer = Replayer(tree, source=LogSource({("w0", 0): cache}))
+    >>> cache.insert([1, 2, 3])
+    0
+    >>> replayer.submit(log.read())
+    >>> replayer.replay().applied, tree.match([1, 2, 3]).length_of(w0)
+    (1, 3)
+    """
+
+    def __init__(
+        self, meta_tree: Any, *, source: ReplaySource | None = None, restart_window: int = 16
+    ) -> None:
+        self.tree = meta_tree
+        self.source = source
+        self.restart_window = restart_window
+        self.stats = ReplayStats()
+        self._pending: deque[tuple[Record, float]] = deque()
+        self._cursors: dict[_Key, _Cursor] = {}
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- intake ----------------------------------------------------------------------------
+    def submit(self, records: Iterable[Record]) -> None:
+        """Queue records for the next :meth:`replay` (cheap: nothing is applied here)."""
+        now = time.monotonic()
+        with self._lock:
+            for record in records:
+                if not isinstance(record, (Stored, Removed, Cleared)):
+                    msg = f"records must be Stored, Removed or Cleared, got {type(record).__name__}"
+                    raise InputTypeError(msg)
+                cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
+                if cursor.newest is None or record.seq > cursor.newest:
+                    cursor.newest = record.seq
+                cursor.waiting.append(now)
+                self._pending.append((record, now))
+
+    # -- replay ----------------------------------------------------------------------------
+    def replay(
+        self, max_records: int | None = None, max_seconds: float | None = None
+    ) -> ReplayStats:
+        """Apply pending records, oldest first, until none is left or the budget is spent.
+
+        Parameters
+        ----------
+        max_records : int, optional
+            Apply at most this many records (duplicates and skipped ones count).
+        max_seconds : float, optional
+            Stop once this much time has passed (checked between records).
+
+        Returns
+        -------
+        ReplayStats
+            What this call did; ``Replayer.stats`` accumulates them.
+        """
+        done = ReplayStats()
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        with self._lock:
+            handled = 0
+            while self._pending:
+                if max_records is not None and handled >= max_records:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                record, _ = self._pending.popleft()
+                cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
+                if cursor.waiting:
+                    cursor.waiting.popleft()
+                self._take(record, cursor, done)
+                handled += 1
+            done.pending = len(self._pending)
+            self.stats.add(done)
+        return done
+
+    def _take(self, record: Record, cursor: _Cursor, done: ReplayStats) -> None:
+        worker = self._worker(record)
+        if worker is None:
+            done.unknown_worker += 1
+            return
+        if cursor.seq is not None and self._restarted(record, cursor):
+            done.restarts += 1
+            self._clear(worker, cursor)
+        if cursor.seq is None:
+            if record.seq != 0 or record.index != 0:  # joined late: ask for the beginning
+                self._repair(record, worker, cursor, done, from_seq=0)
+                return
+            self._apply(record, worker, cursor, done)
+            return
+        position = (record.seq, record.index)
+        if position <= (cursor.seq, cursor.index):
+            done.duplicates += 1
+            return
+        if self._follows(record, cursor):
+            self._apply(record, worker, cursor, done)
+            return
+        done.gaps += 1
+        self._repair(record, worker, cursor, done, from_seq=self._expected_seq(cursor))
+
+    def _restarted(self, record: Record, cursor: _Cursor) -> bool:
+        assert cursor.seq is not None
+        return record.seq < cursor.seq - self.restart_window
+
+    @staticmethod
+    def _follows(record: Record, cursor: _Cursor) -> bool:
+        """Contiguous: the next record of the same batch, or the first of the next."""
+        assert cursor.seq is not None
+        same_batch = record.seq == cursor.seq and record.index == cursor.index + 1
+        return same_batch or (record.seq == cursor.seq + 1 and record.index == 0)
+
+    @staticmethod
+    def _expected_seq(cursor: _Cursor) -> int:
+        # A batch is decoded whole, so a gap starts at the batch after the cursor's;
+        # asking from the cursor's own batch is harmless (its records are duplicates).
+        assert cursor.seq is not None
+        return cursor.seq + 1 if cursor.index == 0 else cursor.seq
+
+    def _repair(
+        self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats, from_seq: int
+    ) -> None:
+        """Fill the gap before ``record`` from the source, or resync the worker."""
+        missing = None
+        if self.source is not None:
+            done.replays_requested += 1
+            missing = self.source.replay(record.worker, record.dp_rank, from_seq)
+        if missing and (missing[0].seq, missing[0].index) <= (from_seq, 0):
+            for earlier in missing:
+                if (earlier.seq, earlier.index) >= (record.seq, record.index):
+                    break
+                if cursor.seq is None or (earlier.seq, earlier.index) > (cursor.seq, cursor.index):
+                    self._apply(earlier, worker, cursor, done)
+            self._apply(record, worker, cursor, done)
+            return
+        done.resyncs += 1
+        snapshot = (
+            None if self.source is None else self.source.snapshot(record.worker, record.dp_rank)
+        )
+        self._clear(worker, cursor)
+        if snapshot is not None:
+            for stored in snapshot:
+                self._apply(stored, worker, cursor, done)
+            if snapshot:
+                cursor.seq, cursor.index = snapshot[0].seq, snapshot[0].index
+            if cursor.seq is not None and (record.seq, record.index) <= (cursor.seq, cursor.index):
+                done.duplicates += 1  # the snapshot already holds it
+                return
+        else:
+            done.stale += 1
+            cursor.stale = True
+            logger.warning(
+                "worker (%r, dp_rank=%d): records before seq %d are lost and the source keeps "
+                "no snapshot; its pages were cleared and it is stale until its next records",
+                record.worker,
+                record.dp_rank,
+                record.seq,
+            )
+        self._apply(record, worker, cursor, done)
+
+    def _apply(self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats) -> None:
+        """One record into the tree; it moves the cursor whether or not it could apply."""
+        cursor.seq, cursor.index = record.seq, record.index
+        cursor.stale = False
+        try:
+            _apply_record(self.tree, worker, record)
+        except RadixMetaError as exc:
+            done.malformed += 1
+            logger.warning(
+                "worker (%r, dp_rank=%d) record %d.%d skipped: %s",
+                record.worker,
+                record.dp_rank,
+                record.seq,
+                record.index,
+                exc,
+            )
+            return
+        done.applied += 1
+
+    def _clear(self, worker: Any, cursor: _Cursor) -> None:
+        self.tree.apply_cleared(worker)
+        cursor.seq, cursor.index = None, 0
+
+    def _worker(self, record: Record) -> Any:
+        return self._worker_named(record.worker, record.dp_rank)
+
+    def _worker_named(self, name: str, dp_rank: int) -> Any:
+        try:
+            return self.tree.worker(name, dp_rank)
+        except RadixMetaError:
+            return None
+
+    # -- workers ---------------------------------------------------------------------------
+    def restart(self, worker: str, dp_rank: int = 0) -> None:
+        """The worker restarted (its sequence starts again): clear it and reset its cursor."""
+        with self._lock:
+            cursor = self._cursors.setdefault((worker, dp_rank), _Cursor())
+            tree_worker = self._worker_named(worker, dp_rank)
+            if tree_worker is not None:
+                self._clear(tree_worker, cursor)
+            self.stats.restarts += 1
+
+    def forget(self, worker: str, dp_rank: int = 0) -> None:
+        """Free a worker's cursor and its pending records (after ``remove_worker``)."""
+        with self._lock:
+            self._cursors.pop((worker, dp_rank), None)
+            self._pending = deque(
+                (r, t) for r, t in self._pending if (r.worker, r.dp_rank) != (worker, dp_rank)
+            )
+
+    def lag(self) -> list[WorkerLag]:
+        """Per worker: the applied and newest seq, and the records and seconds behind."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                WorkerLag(
+                    name,
+                    rank,
+                    c.seq,
+                    c.newest,
+                    len(c.waiting),
+                    now - c.waiting[0] if c.waiting else 0.0,
+                    c.stale,
+                )
+                for (name, rank), c in sorted(self._cursors.items())
+            ]
+
+    @property
+    def pending(self) -> int:
+        """Records waiting to be applied."""
+        return len(self._pending)
+
+    # -- background ------------------------------------------------------------------------
+    def start(
+        self,
+        interval: float = 0.01,
+        *,
+        max_records: int | None = 10_000,
+        max_seconds: float | None = 0.005,
+    ) -> None:
+        """Replay in a background thread every ``interval`` seconds, within the given budget."""
+        if self._thread is not None:
+            msg = "the replayer's background thread is already running"
+            raise RuntimeError(msg)
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.replay(max_records=max_records, max_seconds=max_seconds)
+
+        self._thread = threading.Thread(target=loop, name="radixmeta-replayer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the background thread (if any) and wait for it, at most ``timeout`` seconds."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout)
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _apply_record(tree: Any, worker: Any, record: Record) -> None:
+    """One record as the matching MetaTree call (checked whole before it changes anything)."""
+    if isinstance(record, Cleared):
+        tree.apply_cleared(worker)
+        return
+    scope = _scope(record)
+    if record.form == "path":
+        op = tree.insert if isinstance(record, Stored) else tree.remove
+        op(record.key, worker, start=record.start, **scope)
+    elif isinstance(record, Stored):
+        if record.extras is not None:
+            scope["extras"] = record.extras
+        tree.apply_stored(
+            worker, record.parent_hash, record.block_hashes, record.token_ids, **scope
+        )
+    else:
+        tree.apply_removed(worker, record.block_hashes, **_tier_only(record))
+
+
+def _scope(record: Any) -> dict[str, Any]:
+    """Keyword arguments for a record's namespace and tier, where they are not the default."""
+    scope = _tier_only(record)
+    if record.namespace is not None:
+        scope["namespace"] = record.namespace
+    return scope
+
+
+def _tier_only(record: Any) -> dict[str, Any]:
+    return {"tier": record.tier} if record.tier else {}
+
+
+class LogSource:
+    """A :class:`ReplaySource` over in-process caches and their :class:`~radixmeta.EventLog`.
+
+    Parameters
+    ----------
+    caches : dict
+        ``(worker, dp_rank) -> RadixCache``; each cache must have an event log.
+    """
+
+    def __init__(self, caches: dict[_Key, Any]) -> None:
+        self.caches = dict(caches)
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
+        cache = self.caches.get((worker, dp_rank))
+        if cache is None:
+            return None
+        with contextlib.suppress(LogTruncatedError):
+            return list(cache.event_log.read(after=from_seq - 1))
+        return None
+
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
+        cache = self.caches.get((worker, dp_rank))
+        return None if cache is None else list(cache.snapshot())
