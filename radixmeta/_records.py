@@ -69,7 +69,9 @@ class Stored(_Record, frozen=True, gc=False, eq=False):
     tier : int
         0 for the device, 1 for host memory.
     namespace : str, int, bytes or None
-        The cache namespace (LoRA adapter, cache salt) the pages belong to.
+        The cache namespace (LoRA adapter, cache salt) the pages belong to. A
+        RadixCache namespace of another hashable type is carried as it is, but
+        only these four cross a process boundary.
     key, start : numpy.ndarray of uint32, int
         Token-path form: the full path to the node's end, and where its own pages start.
     block_hashes, parent_hash, token_ids, extras
@@ -141,7 +143,7 @@ def make_record(
     worker: str,
     dp_rank: int,
     seq: int,
-    namespace: Namespace,
+    namespace: Any,
     path: npt.NDArray[np.uint32],
     start: int,
     page_size: int,
