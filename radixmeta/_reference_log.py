@@ -124,7 +124,7 @@ class EventLogCore:
             tokens,
             start,
             self._page,
-            hashes,  # type: ignore[arg-type]
+            hashes,
         )
 
     def __repr__(self) -> str:
