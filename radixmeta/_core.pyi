@@ -32,6 +32,7 @@ class EventLogCore:
         self,
         capacity: int = 65536,
         *,
+        max_tokens: int = 2**22,
         form: str = "path",
         hash: str | Callable[[npt.NDArray[np.uint32], int], Any] | None = None,
         worker: str = "",
@@ -45,6 +46,10 @@ class EventLogCore:
     def dp_rank(self) -> int: ...
     @property
     def capacity(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def held_tokens(self) -> int: ...
     @property
     def hash(self) -> str | Callable[[npt.NDArray[np.uint32], int], Any] | None: ...
     @property

@@ -14,8 +14,10 @@ cdef extern from "radixmeta/event_ring.hpp" namespace "radixmeta" nogil:
         uint8_t kind
 
     cdef cppclass EventRing(TreeObserver):
-        EventRing(uint64_t capacity) except +
+        EventRing(uint64_t capacity, uint64_t max_tokens) except +
         uint64_t capacity()
+        uint64_t max_tokens()
+        uint64_t held_tokens()
         uint64_t size()
         uint64_t next_seq()
         uint64_t oldest_seq()
@@ -38,10 +40,12 @@ cdef class EventLogCore:
     cdef object _names  # the attached cache's namespace id -> namespace (None until attached)
     cdef uint32_t _page
 
-    def __cinit__(self, capacity=65536, *, form="path", hash=None, worker="", dp_rank=0):
-        capacity, self.form, self._hash_name, self._scheme, self.worker, self.dp_rank = (
-            log_settings(capacity, form, hash, worker, dp_rank))
-        self._ring.reset(new EventRing(<uint64_t>min(capacity, 2**63)))
+    def __cinit__(self, capacity=65536, *, max_tokens=2**22, form="path", hash=None, worker="",
+                  dp_rank=0):
+        capacity, max_tokens, self.form, self._hash_name, self._scheme, self.worker, \
+            self.dp_rank = log_settings(capacity, max_tokens, form, hash, worker, dp_rank)
+        self._ring.reset(new EventRing(<uint64_t>min(capacity, 2**63),
+                                       <uint64_t>min(max_tokens, 2**63)))
         self._names = None
 
     def __reduce__(self):
@@ -51,6 +55,16 @@ cdef class EventLogCore:
     def capacity(self):
         """Records the ring holds; older ones are dropped."""
         return self._ring.get().capacity()
+
+    @property
+    def max_tokens(self):
+        """Tokens the records' paths may hold in all; older records are dropped past it."""
+        return self._ring.get().max_tokens()
+
+    @property
+    def held_tokens(self):
+        """Tokens the held records' paths take."""
+        return self._ring.get().held_tokens()
 
     @property
     def hash(self):

@@ -182,15 +182,16 @@ FORMS = ("path", "blocks")
 
 
 def log_settings(
-    capacity: Any, form: Any, hash: Any, worker: Any, dp_rank: Any
-) -> tuple[int, str, Any, Any, str, int]:
+    capacity: Any, max_tokens: Any, form: Any, hash: Any, worker: Any, dp_rank: Any
+) -> tuple[int, int, str, Any, Any, str, int]:
     """Checked EventLog arguments, the same for both cores.
 
-    Returns ``(capacity, form, scheme name or callable, hash callable or None,
-    worker, dp_rank)``; the callable is None for the default chain (which the
-    native core computes itself).
+    Returns ``(capacity, max_tokens, form, scheme name or callable, hash
+    callable or None, worker, dp_rank)``; the callable is None for the default
+    chain (which the native core computes itself).
     """
     capacity = check_int("capacity", capacity, 1)
+    max_tokens = check_int("max_tokens", max_tokens, 1)
     if form not in FORMS:
         msg = f"form must be 'path' or 'blocks', got {form!r}"
         raise InvalidInputError(msg)
@@ -202,18 +203,18 @@ def log_settings(
         if hash is not None:
             msg = "hash= applies to form='blocks' only"
             raise InvalidInputError(msg)
-        return capacity, form, None, None, worker, dp_rank
+        return capacity, max_tokens, form, None, None, worker, dp_rank
     if hash is None or hash == "chain":
-        return capacity, form, "chain", None, worker, dp_rank
+        return capacity, max_tokens, form, "chain", None, worker, dp_rank
     if isinstance(hash, str):
         if hash not in _hashing.SCHEMES:
             msg = f"hash must be 'chain', 'sglang' or a callable, got {hash!r}"
             raise InvalidInputError(msg)
-        return capacity, form, hash, _hashing.SCHEMES[hash], worker, dp_rank
+        return capacity, max_tokens, form, hash, _hashing.SCHEMES[hash], worker, dp_rank
     if not callable(hash):
         msg = f"hash must be 'chain', 'sglang' or a callable, got {type(hash).__name__}"
         raise InputTypeError(msg)
-    return capacity, form, hash, hash, worker, dp_rank
+    return capacity, max_tokens, form, hash, hash, worker, dp_rank
 
 
 def truncated(after: int, oldest: int, capacity: int) -> LogTruncatedError:

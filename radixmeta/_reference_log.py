@@ -37,15 +37,23 @@ class EventLogCore:
         self,
         capacity: int = 65536,
         *,
+        max_tokens: int = 2**22,
         form: str = "path",
         hash: Any = None,
         worker: str = "",
         dp_rank: int = 0,
     ) -> None:
-        capacity, self.form, self._hash_name, self._scheme, self.worker, self.dp_rank = (
-            log_settings(capacity, form, hash, worker, dp_rank)
-        )
-        self._entries: deque[_Entry] = deque(maxlen=capacity)
+        (
+            self._capacity,
+            self._max_tokens,
+            self.form,
+            self._hash_name,
+            self._scheme,
+            self.worker,
+            self.dp_rank,
+        ) = log_settings(capacity, max_tokens, form, hash, worker, dp_rank)
+        self._entries: deque[_Entry] = deque()
+        self._held_tokens = 0
         self._next_seq = 0
         self._page = 0
         self._attached = False
@@ -57,8 +65,17 @@ class EventLogCore:
     @property
     def capacity(self) -> int:
         """Records the ring holds; older ones are dropped."""
-        assert self._entries.maxlen is not None
-        return self._entries.maxlen
+        return self._capacity
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens the records' paths may hold in all; older records are dropped past it."""
+        return self._max_tokens
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens the held records' paths take."""
+        return self._held_tokens
 
     @property
     def hash(self) -> Any:
@@ -93,6 +110,12 @@ class EventLogCore:
     def _record(self, kind: int, namespace: Hashable, path: tuple[int, ...], start: int) -> None:
         self._entries.append((self._next_seq, kind, namespace, path, start))
         self._next_seq += 1
+        self._held_tokens += len(path)
+        # Bounded by records and by tokens, as the native ring; the newest always stays.
+        while len(self._entries) > self._capacity or (
+            len(self._entries) > 1 and self._held_tokens > self._max_tokens
+        ):
+            self._held_tokens -= len(self._entries.popleft()[3])
 
     def read(self, after: int | None = None, *, max_records: int | None = None) -> list[Record]:
         """The records that follow sequence number ``after`` (all held, if None), in order."""

@@ -34,6 +34,10 @@ class EventLog(_EventLogCore):
     capacity : int, default 65536
         Records the ring holds; older ones are dropped, and a consumer that
         asks for them gets :class:`~radixmeta.errors.LogTruncatedError`.
+    max_tokens : int, default 2**22
+        Tokens all held records' paths may take (4 bytes each: 16 MiB by
+        default); past it the oldest records are dropped too. A path-form
+        record holds its node's whole path, so long prompts fill this first.
     form : {"path", "blocks"}, default "path"
         ``"path"``: records carry the node's full token path and where its own
         pages start. ``"blocks"``: they name each page (the cache's page size is
@@ -52,7 +56,8 @@ class EventLog(_EventLogCore):
     Notes
     -----
     With no log attached a cache pays nothing; with one it copies each stored
-    or removed node's path into the ring (one memcpy per ancestor).
+    or removed node's path into the ring (one memcpy per ancestor, into memory
+    the ring keeps and reuses).
 
     Examples
     --------

@@ -237,3 +237,16 @@ def test_no_log_costs_no_records(log_impl: tuple[type, type]) -> None:
     assert cache.event_log is log
     del cache
     assert [r.kind for r in log.read()] == ["stored"]
+
+
+def test_the_ring_is_bounded_by_tokens_too(log_impl: tuple[type, type]) -> None:
+    log_cls, cache_cls = log_impl
+    log = log_cls(capacity=100, max_tokens=10, worker="w")
+    cache = cache_cls(event_log=log)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4, 5, 6])  # paths of 4 and 6 tokens: 10 held
+    assert (len(log), log.held_tokens, log.max_tokens) == (2, 10, 10)
+    cache.insert([7, 7])  # 12 > 10: the oldest record goes
+    assert ([r.seq for r in log.read()], log.held_tokens) == ([1, 2], 8)
+    cache.insert(list(range(50)))  # longer than the bound alone: the newest always stays
+    assert [r.seq for r in log.read()] == [3]

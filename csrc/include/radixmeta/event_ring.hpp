@@ -10,11 +10,16 @@
 //
 // Tokens of all records live in one buffer addressed by absolute offsets, so a
 // record costs no allocation of its own; the buffer is compacted once its dead
-// head outgrows its live part (amortised O(1) per token).
+// head outgrows its live part (amortised O(1) per token), and keeps its memory,
+// so a ring in steady state neither allocates nor faults pages in. The ring is
+// bounded twice: by records and by the tokens their paths hold.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "radix_tree.hpp"
@@ -33,9 +38,35 @@ struct EventRecord {
   uint8_t kind;  // kEventStored, kEventRemoved or kEventCleared
 };
 
+namespace detail {
+
+// An allocator that leaves new elements uninitialised: the ring's token buffer
+// is always overwritten right after it grows, so zero-filling it is wasted work.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+}  // namespace detail
+
 class EventRing final : public TreeObserver {
  public:
-  explicit EventRing(uint64_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  EventRing(uint64_t capacity, uint64_t max_tokens)
+      : capacity_(capacity == 0 ? 1 : capacity), max_tokens_(max_tokens) {}
 
   void stored(const RadixTree& tree, uint32_t node) override {
     push(kEventStored, tree, node);
@@ -49,6 +80,8 @@ class EventRing final : public TreeObserver {
   }
 
   uint64_t capacity() const { return capacity_; }
+  uint64_t max_tokens() const { return max_tokens_; }
+  uint64_t held_tokens() const { return held_tokens_; }
   uint64_t size() const { return records_.size(); }
   // The sequence number the next record will take.
   uint64_t next_seq() const { return next_seq_; }
@@ -66,17 +99,27 @@ class EventRing final : public TreeObserver {
  private:
   void push(uint8_t kind, const RadixTree& tree, uint32_t node) {
     const Node& n = tree.node(node);
-    uint32_t root = node;
-    while (tree.node(root).parent != kNoNode) root = tree.node(root).parent;
     const uint64_t offset = token_base_ + tokens_.size();
     tokens_.resize(tokens_.size() + n.depth);
-    tree.path_tokens(node, tokens_.data() + (offset - token_base_));
-    records_.push_back({next_seq_++, offset, n.depth, n.depth - n.length, tree.node(root).ns, kind});
+    // The path, copied bottom up in one walk that ends at the namespace's root.
+    Token* out = tokens_.data() + (offset - token_base_);
+    uint32_t x = node;
+    for (size_t end = n.depth; tree.node(x).parent != kNoNode; x = tree.node(x).parent) {
+      const Node& part = tree.node(x);
+      end -= part.length;
+      std::memcpy(out + end, part.label, size_t{part.length} * sizeof(Token));
+    }
+    records_.push_back({next_seq_++, offset, n.depth, n.depth - n.length, tree.node(x).ns, kind});
+    held_tokens_ += n.depth;
     trim();
   }
 
   void trim() {
-    while (records_.size() > capacity_) records_.pop_front();
+    // The newest record always stays, however long its path.
+    while (records_.size() > capacity_ || (records_.size() > 1 && held_tokens_ > max_tokens_)) {
+      held_tokens_ -= records_.front().length;
+      records_.pop_front();
+    }
     const uint64_t live_from = records_.empty() ? token_base_ + tokens_.size() : records_.front().offset;
     const uint64_t dead = live_from - token_base_;
     if (dead > 4096 && dead * 2 > tokens_.size()) {
@@ -86,10 +129,12 @@ class EventRing final : public TreeObserver {
   }
 
   uint64_t capacity_;
+  uint64_t max_tokens_;
+  uint64_t held_tokens_ = 0;
   uint64_t next_seq_ = 0;
   uint64_t token_base_ = 0;  // absolute offset of tokens_[0]
   std::deque<EventRecord> records_;
-  std::vector<Token> tokens_;
+  std::vector<Token, detail::UninitAllocator<Token>> tokens_;
 };
 
 // The default block hash of an event log in block form: a 64-bit chain over
