@@ -35,10 +35,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import workloads  # noqa: E402
+import workloads
 
-from radixmeta import EventLog, MetaTree, RadixCache, implementation  # noqa: E402
-from radixmeta.events import Replayer  # noqa: E402
+from radixmeta import EventLog, MetaTree, RadixCache, implementation
+from radixmeta.events import Replayer
 
 EVICT_CHUNK = 4096
 MAX_TOKENS = int(os.environ.get("RING_TOKENS", 2**22))  # the EventLog default
