@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from radixmeta._records import Cleared, Record, Removed, Stored
+from radixmeta._records import Cleared, Record, Removed, Stored, _Record
 from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
 
 __all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag"]
@@ -146,14 +146,30 @@ class Replayer:
         self._stop = threading.Event()
 
     # -- intake ----------------------------------------------------------------------------
+    def submit_batch(self, worker: str, dp_rank: int, seq: int, records: list[Record]) -> None:
+        """Queue the records of one wire batch; a batch that kept none still moves the cursor.
+
+        A converter may leave every event of a batch out (offload placeholders,
+        other KV groups): without this mark the next batch would look like a gap.
+        """
+        if records:
+            self.submit(records)
+        else:
+            self._enqueue([_Mark(worker, dp_rank, seq)])
+
     def submit(self, records: Iterable[Record]) -> None:
         """Queue records for the next :meth:`replay` (cheap: nothing is applied here)."""
+        records = list(records)
+        for record in records:
+            if not isinstance(record, (Stored, Removed, Cleared)):
+                msg = f"records must be Stored, Removed or Cleared, got {type(record).__name__}"
+                raise InputTypeError(msg)
+        self._enqueue(records)
+
+    def _enqueue(self, records: Iterable[Any]) -> None:
         now = time.monotonic()
         with self._lock:
             for record in records:
-                if not isinstance(record, (Stored, Removed, Cleared)):
-                    msg = f"records must be Stored, Removed or Cleared, got {type(record).__name__}"
-                    raise InputTypeError(msg)
                 cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
                 if cursor.newest is None or record.seq > cursor.newest:
                     cursor.newest = record.seq
@@ -227,17 +243,18 @@ class Replayer:
 
     @staticmethod
     def _follows(record: Record, cursor: _Cursor) -> bool:
-        """Contiguous: the next record of the same batch, or the first of the next."""
+        """Contiguous: a later record of the same batch, or one of the next batch.
+
+        A batch arrives whole (it is decoded whole or dropped), so indices within
+        it may skip the events a converter left out; only a sequence can have gaps.
+        """
         assert cursor.seq is not None
-        same_batch = record.seq == cursor.seq and record.index == cursor.index + 1
-        return same_batch or (record.seq == cursor.seq + 1 and record.index == 0)
+        return record.seq == cursor.seq or record.seq == cursor.seq + 1
 
     @staticmethod
     def _expected_seq(cursor: _Cursor) -> int:
-        # A batch is decoded whole, so a gap starts at the batch after the cursor's;
-        # asking from the cursor's own batch is harmless (its records are duplicates).
         assert cursor.seq is not None
-        return cursor.seq + 1 if cursor.index == 0 else cursor.seq
+        return cursor.seq + 1
 
     def _repair(
         self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats, from_seq: int
@@ -284,6 +301,8 @@ class Replayer:
         """One record into the tree; it moves the cursor whether or not it could apply."""
         cursor.seq, cursor.index = record.seq, record.index
         cursor.stale = False
+        if isinstance(record, _Mark):
+            return
         try:
             _apply_record(self.tree, worker, record)
         except RadixMetaError as exc:
@@ -385,6 +404,10 @@ class Replayer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _Mark(_Record, frozen=True, gc=False, eq=False):
+    """A batch that kept no record: it moves the worker's cursor, and nothing else."""
 
 
 def _apply_record(tree: Any, worker: Any, record: Record) -> None:

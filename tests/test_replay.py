@@ -261,3 +261,27 @@ def test_stats_accumulate() -> None:
     total.add(ReplayStats(applied=2, gaps=1, pending=4))
     total.add(ReplayStats(applied=1, pending=0))
     assert (total.applied, total.gaps, total.pending) == (3, 1, 0)
+
+
+def test_a_batch_that_kept_no_record_still_moves_the_cursor() -> None:
+    fleet = Fleet(1)
+    fleet.caches[0].insert([1, 2, 3, 4])
+    records = fleet.logs[0].read()
+    last = records[-1].seq
+    fleet.replayer.submit(records)
+    fleet.replayer.submit_batch("w0", 0, last + 1, [])  # every event of it was left out
+    late = Stored("w0", 0, last + 2, key=np.array([5, 5, 5, 5], np.uint32))
+    fleet.replayer.submit([late])
+    stats = fleet.replayer.replay()
+    assert (stats.gaps, stats.replays_requested) == (0, 0)
+    assert fleet.replayer.lag()[0].applied_seq == last + 2
+
+
+def test_records_of_one_batch_may_skip_indices() -> None:
+    fleet = Fleet(1)
+    a = Stored("w0", 0, 0, index=0, key=np.array([1, 1, 1, 1], np.uint32))
+    b = Stored("w0", 0, 0, index=3, key=np.array([2, 2, 2, 2], np.uint32))
+    c = Stored("w0", 0, 1, index=2, key=np.array([3, 3, 3, 3], np.uint32))
+    fleet.replayer.submit([a, b, c, b])
+    stats = fleet.replayer.replay()
+    assert (stats.applied, stats.gaps, stats.duplicates) == (3, 0, 1)
