@@ -126,3 +126,28 @@ def test_evict_all_in_4096_token_calls(
             evict(4096)
 
     benchmark.pedantic(drain, setup=setup, rounds=3, iterations=1)
+
+
+KEY_FORMS: dict[str, Callable[[np.ndarray], Any]] = {
+    "int32-array": lambda k: k.astype(np.int32),
+    "uint32-array": lambda k: k.astype(np.uint32),
+    "int64-array": lambda k: k.astype(np.int64),
+    "list": lambda k: [int(t) for t in k],  # what SGLang's schedulers hold
+    "tuple": lambda k: tuple(int(t) for t in k),
+}
+
+
+@pytest.mark.parametrize("values", [True, False], ids=["values", "length-only"])
+@pytest.mark.parametrize("form", list(KEY_FORMS))
+def test_match_4096_tokens_by_key_form(benchmark: Any, form: str, values: bool) -> None:
+    """A full-hit match of one 4,096-token key given in each accepted form (native core).
+
+    The spread between the rows is what the caller's choice of key type costs:
+    compare the list rows with the int32-array rows of the same run.
+    """
+    key = np.random.default_rng(0).integers(0, 150_000, 4096)
+    cache = _core.CacheCore()
+    cache.insert(key)
+    query = KEY_FORMS[form](key)
+    result = benchmark(cache.match_prefix, query, values=values)
+    assert result.length == 4096
