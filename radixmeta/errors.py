@@ -24,6 +24,7 @@ __all__ = [
     "BlockEventError",
     "UnknownParentError",
     "BlockConflictError",
+    "TransportClosedError",
 ]
 
 
@@ -89,3 +90,7 @@ class UnknownParentError(BlockEventError):
 
 class BlockConflictError(BlockEventError):
     """A block hash would name two different pages for one worker, or form a cycle."""
+
+
+class TransportClosedError(RadixMetaError, RuntimeError):
+    """A publisher or subscriber of :mod:`radixmeta.transport` was used after ``close()``."""
