@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import doctest
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import zmq
 from _transport_children import expect, payload, publish_batches, spawned
 
+import radixmeta.transport._endpoints as endpoints_module
 from radixmeta.errors import InputTypeError, InvalidInputError, TransportClosedError
 from radixmeta.transport import (
     AsyncZmqSubscriber,
@@ -84,6 +86,11 @@ def silent_router() -> Iterator[tuple[zmq.Socket[Any], str]]:
 
 
 # -- rules and frames, no sockets ----------------------------------------------------------
+def test_docstring_examples() -> None:
+    failures, tried = doctest.testmod(endpoints_module)
+    assert tried > 0 and failures == 0
+
+
 @pytest.mark.parametrize(
     ("endpoint", "pub_binds", "sub_binds"),
     [
@@ -280,6 +287,19 @@ def test_publisher_restart_is_visible_as_seq_going_back() -> None:
             assert expect(second, "published") == (True, 3)
     seqs = [m.seq for m in before + after]
     assert seqs == [*range(10), 0, 1, 2]  # the drop from 9 to 0 is the restart
+
+
+def test_a_closed_publisher_frees_its_port_for_a_new_one_at_seq_0() -> None:
+    with ZmqPublisher(LOOPBACK) as first, ZmqSubscriber(first.endpoint) as sub:
+        endpoint = first.endpoint
+        subscribed(first, sub)
+        first.publish(b"old")
+        assert sub.recv(timeout=WAIT) == Message(0, b"", 0, b"old")
+        first.close()  # its private context is terminated: the port is free at once
+        with ZmqPublisher(endpoint, bind=True) as second:
+            subscribed(second, sub)
+            assert second.publish(b"new") == 0
+            assert sub.recv(timeout=WAIT) == Message(0, b"", 0, b"new")
 
 
 # -- replay --------------------------------------------------------------------------------

@@ -404,6 +404,16 @@ class ZmqSubscriber(_SubscriberBase):
         because it applies the subscription a little later; a publisher that must lose
         nothing waits with :meth:`ZmqPublisher.wait_subscribers`, and a consumer of a
         foreign publisher recovers the start by :meth:`replay`.
+
+        Parameters
+        ----------
+        timeout : float or None, default 5.0
+            Seconds; ``None`` waits without limit (until :meth:`close`).
+
+        Returns
+        -------
+        bool
+            True once every endpoint has a peer; False on timeout or close.
         """
         limit = check_timeout(timeout)
         deadline = deadline_after(limit)
@@ -430,7 +440,8 @@ class ZmqSubscriber(_SubscriberBase):
         ``start_seq``, the reply starts later: ``result.skipped > 0``. A replay socket that
         never answers costs ``timeout`` and yields ``timed_out=True`` with whatever came;
         nothing raises for what the peer does or does not send. Live batches keep
-        queueing on the SUB sockets meanwhile.
+        queueing on the SUB sockets meanwhile. Replies are not filtered by ``topic``: a
+        replay socket serves one publisher, and its whole answer is returned.
 
         Parameters
         ----------
@@ -441,12 +452,20 @@ class ZmqSubscriber(_SubscriberBase):
         timeout : float, default 5.0
             Seconds for the whole reply.
 
+        Returns
+        -------
+        ReplayResult
+            The batches in order, whether the end marker came (``complete``) or the
+            timeout passed first (``timed_out``), the layout, and ``skipped``.
+
         Raises
         ------
         InvalidInputError, InputTypeError
             An unknown source, one without a replay endpoint, or a bad seq or timeout.
         TransportClosedError
             The subscriber is closed.
+
+        Complexity: O(batches replayed); one connection per call.
         """
         index, endpoint = self._replay_target(source)
         check_seq(start_seq)

@@ -66,8 +66,9 @@ class QueuePublisher:
 
     def __init__(self, *, topic: bytes = b"", buffer_steps: int = 10_000) -> None:
         self.topic = check_topic(topic)
+        # restart() swaps in a new buffer; a reader finishes the old one, then starts the
+        # new one at seq 0, as a ZeroMQ subscriber still holds what was sent before.
         self._buffer = ReplayBuffer(buffer_steps)
-        self._epoch = 0  # bumped by restart(): cursors of the old epoch start again at 0
         self._lock = threading.Lock()
         self._listeners: set[threading.Event] = set()
         self._closed = False
@@ -137,12 +138,11 @@ class QueuePublisher:
     def restart(self) -> None:
         """Act as a restarted engine: empty the buffer and number from 0 again.
 
-        Subscribers keep reading; the next batch they get has seq 0, lower than the last
-        one, which is how a restart shows on the wire.
+        Subscribers keep reading: after what they had not read yet, the next batch they
+        get has seq 0, lower than the last one, which is how a restart shows on the wire.
         """
         with self._lock:
             self._buffer = ReplayBuffer(self._buffer.capacity)
-            self._epoch += 1
             listeners = list(self._listeners)
         for wake in listeners:
             wake.set()
@@ -167,26 +167,33 @@ class QueuePublisher:
         self.close()
 
     # -- used by QueueSubscriber -----------------------------------------------------------
-    def _attach(self, wake: threading.Event) -> tuple[int, int]:
-        """Register a reader's wake-up event; return ``(epoch, next_seq)`` at this moment."""
+    def _attach(self, wake: threading.Event) -> tuple[ReplayBuffer, int]:
+        """Register a reader's wake-up event; return ``(buffer, next_seq)`` at this moment."""
         with self._lock:
             self._listeners.add(wake)
-            return self._epoch, self._buffer.next_seq
+            return self._buffer, self._buffer.next_seq
 
     def _detach(self, wake: threading.Event) -> None:
         with self._lock:
             self._listeners.discard(wake)
 
-    def _read_one(self, epoch: int, cursor: int) -> tuple[int, int, tuple[int, bytes] | None]:
-        """Return ``(epoch, cursor, batch)`` for a reader at ``cursor`` of ``epoch``.
+    def _read_one(
+        self, buffer: ReplayBuffer, cursor: int
+    ) -> tuple[ReplayBuffer, int, tuple[int, bytes] | None]:
+        """Return ``(buffer, cursor, batch)`` for a reader at ``cursor`` of ``buffer``.
 
-        A reader of an older epoch (before a restart) continues at seq 0 of the current one.
+        A reader of a buffer from before a restart reads it to its end, then continues at
+        seq 0 of the current one.
         """
         with self._lock:
-            if epoch != self._epoch:
-                epoch, cursor = self._epoch, 0
-            items = self._buffer.read(cursor, limit=1)
-        return epoch, cursor, items[0] if items else None
+            current = self._buffer
+        if buffer is not current:
+            items = buffer.read(cursor, limit=1)
+            if items:
+                return buffer, cursor, items[0]
+            buffer, cursor = current, 0
+        items = buffer.read(cursor, limit=1)
+        return buffer, cursor, items[0] if items else None
 
 
 class QueueSubscriber:
@@ -235,11 +242,11 @@ class QueueSubscriber:
         self._closed = False
         self._next_source = 0  # round-robin start
         self._active = [p.topic.startswith(self.topic) for p in pubs]
-        self._epochs = [0] * len(pubs)
+        self._buffers: list[ReplayBuffer | None] = [None] * len(pubs)
         self._cursors = [0] * len(pubs)
         for i, pub in enumerate(pubs):
             if self._active[i]:
-                self._epochs[i], next_seq = pub._attach(self._wake)
+                self._buffers[i], next_seq = pub._attach(self._wake)
                 self._cursors[i] = next_seq if start_seq is None else start_seq
 
     @property
@@ -325,11 +332,11 @@ class QueueSubscriber:
         count = len(self.publishers)
         for step in range(count):
             i = (self._next_source + step) % count
-            if not self._active[i]:
+            pub, buffer = self.publishers[i], self._buffers[i]
+            if buffer is None:  # not read: its topic does not match
                 continue
-            pub = self.publishers[i]
-            epoch, cursor, item = pub._read_one(self._epochs[i], self._cursors[i])
-            self._epochs[i] = epoch
+            buffer, cursor, item = pub._read_one(buffer, self._cursors[i])
+            self._buffers[i] = buffer
             if item is None:
                 self._cursors[i] = cursor
                 continue
