@@ -25,6 +25,7 @@ __all__ = [
     "UnknownParentError",
     "BlockConflictError",
     "LogTruncatedError",
+    "TransportClosedError",
 ]
 
 
@@ -105,3 +106,7 @@ class LogTruncatedError(RadixMetaError, LookupError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int]]:
         return type(self), (str(self), self.oldest_seq)
+
+
+class TransportClosedError(RadixMetaError, RuntimeError):
+    """A publisher or subscriber of :mod:`radixmeta.transport` was used after ``close()``."""

@@ -1,0 +1,664 @@
+"""The ZeroMQ subscribers (threads and asyncio): SUB sockets and a DEALER replay client."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from radixmeta.errors import InputTypeError, InvalidInputError, TransportClosedError
+from radixmeta.transport._endpoints import subscriber_binds
+from radixmeta.transport._frames import (
+    check_seq,
+    check_timeout,
+    check_topic,
+    parse_live,
+    parse_replay_reply,
+    replay_request,
+)
+from radixmeta.transport._zmq_util import (
+    SocketOptions,
+    Wakeup,
+    attach,
+    check_bind,
+    check_endpoint,
+    check_int,
+    context_for,
+    deadline_after,
+    ms,
+    remaining,
+)
+from radixmeta.transport.base import Batch, Message, ReplayLayout, ReplayResult, SubscriberStats
+
+__all__ = ["AsyncZmqSubscriber", "ZmqSubscriber"]
+
+_log = logging.getLogger("radixmeta.transport.zmq")
+
+# Longest single wait of an asyncio call, so close() from another task takes effect.
+_ASYNC_SLICE = 0.1
+# How often wait_connected touches the SUB sockets (see _SubscriberBase._touch).
+_CONNECT_POLL = 0.01
+_MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+
+
+class _ReplayRun:
+    """The replies to one replay request, as they arrive."""
+
+    __slots__ = ("batches", "complete", "layout", "malformed", "source", "start_seq")
+
+    def __init__(self, source: int, start_seq: int) -> None:
+        self.source = source
+        self.start_seq = start_seq
+        self.batches: list[Batch] = []
+        self.complete = False
+        self.layout: ReplayLayout | None = None
+        self.malformed = 0
+
+    def drain(self, dealer: zmq.Socket[Any]) -> None:
+        """Read every reply already queued on ``dealer``, stopping at the end marker."""
+        while not self.complete:
+            try:
+                frames = dealer.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind, layout, batch = parse_replay_reply(frames)
+            if kind == "malformed":
+                self.malformed += 1
+                continue
+            self.layout = layout
+            if batch is None:
+                self.complete = True
+            else:
+                self.batches.append(batch)
+
+    def result(self, stats: SubscriberStats) -> ReplayResult:
+        stats.replays_requested += 1
+        stats.replayed_messages += len(self.batches)
+        stats.replay_malformed += self.malformed
+        if not self.complete:
+            stats.replay_timeouts += 1
+        return ReplayResult(
+            self.source,
+            self.start_seq,
+            tuple(self.batches),
+            complete=self.complete,
+            timed_out=not self.complete,
+            layout=self.layout,
+            malformed=self.malformed,
+        )
+
+
+class _SubscriberBase:
+    """Sockets, frame checks and bookkeeping shared by the thread and asyncio subscribers.
+
+    Every socket is a plain pyzmq socket; the two subclasses differ only in how they wait
+    (``zmq.Poller`` or ``zmq.asyncio.Poller``). Nothing here blocks.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        topic: bytes = b"",
+        replay_endpoints: str | Sequence[str | None] | None = None,
+        hwm: int = 100_000,
+        bind: bool | None = None,
+        context: zmq.Context[Any] | None = None,
+        sockopts: SocketOptions | None = None,
+    ) -> None:
+        given = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        if not given:
+            msg = "endpoints must name at least one endpoint"
+            raise InvalidInputError(msg)
+        for i, endpoint in enumerate(given):
+            check_endpoint(endpoint, f"endpoints[{i}]")
+        self._given = tuple(given)
+        self.replay_endpoints = self._check_replay_endpoints(replay_endpoints, len(given))
+        self.topic = check_topic(topic)
+        check_int(hwm, "hwm", 0)
+        check_bind(bind)
+        self.stats = SubscriberStats()
+        self._closed = False
+        self._state_lock = threading.Lock()
+        self._recv_lock = threading.Lock()  # the SUB and monitor sockets
+        self._replay_lock = threading.Lock()  # one replay at a time
+        self._ready: deque[int] = deque()  # SUB sockets a poll found readable, in turn
+        self._queued: set[int] = set()  # the same, as a set
+        self._reads_since_poll = 0
+        self._subs: list[zmq.Socket[Any]] = []
+        self._monitors: list[zmq.Socket[Any]] = []
+        self._peers = [0] * len(given)  # live connections per endpoint, from the monitors
+        self._ctx, self._owns_ctx = context_for(context)
+        self._wakeup = Wakeup()
+        resolved: list[str] = []
+        try:
+            for endpoint in given:
+                sub = self._ctx.socket(zmq.SUB)
+                self._subs.append(sub)
+                sub.setsockopt(zmq.LINGER, 0)
+                sub.setsockopt(zmq.RCVHWM, hwm)
+                sub.setsockopt(zmq.SUBSCRIBE, self.topic)
+                # Before bind/connect, so the monitor sees the first connection too.
+                monitor = sub.get_monitor_socket(_MONITOR_EVENTS)
+                monitor.setsockopt(zmq.LINGER, 0)
+                self._monitors.append(monitor)
+                binds = subscriber_binds(endpoint) if bind is None else bind
+                resolved.append(attach(sub, endpoint, binds, sockopts))
+        except BaseException:
+            self._close_sockets()
+            raise
+        self.endpoints = tuple(resolved)
+        self._sub_index = {sub: i for i, sub in enumerate(self._subs)}
+        self._monitor_index = {monitor: i for i, monitor in enumerate(self._monitors)}
+        # Every socket, and the wake-up: what a thread waits on, and a poll(0) refreshes.
+        self._poller = zmq.Poller()
+        for sock in (*self._subs, *self._monitors):
+            self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._wakeup.reader, zmq.POLLIN)
+
+    @staticmethod
+    def _check_replay_endpoints(
+        replay_endpoints: str | Sequence[str | None] | None, count: int
+    ) -> tuple[str | None, ...]:
+        if replay_endpoints is None:
+            return (None,) * count
+        listed = [replay_endpoints] if isinstance(replay_endpoints, str) else list(
+            replay_endpoints
+        )
+        if len(listed) != count:
+            msg = (f"replay_endpoints has {len(listed)} entries for {count} endpoints; "
+                   "give one per endpoint (None for none)")
+            raise InvalidInputError(msg)
+        for i, endpoint in enumerate(listed):
+            if endpoint is not None:
+                check_endpoint(endpoint, f"replay_endpoints[{i}]")
+        return tuple(listed)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def connected(self) -> tuple[bool, ...]:
+        """Per endpoint, whether a peer was connected when the monitors were last read."""
+        return tuple(peers > 0 for peers in self._peers)
+
+    # -- non-blocking steps ----------------------------------------------------------------
+    def _take(self) -> Message | None:
+        """Return the next well-formed live message a poll found, or None. Never blocks."""
+        if self._reads_since_poll >= len(self._subs) > 1:
+            # A socket that always has more would otherwise be read forever, and one that
+            # became readable since the last poll never found.
+            self._note(self._poller.poll(0))
+        ready = self._ready
+        while ready:
+            i = ready.popleft()
+            try:
+                frames = self._subs[i].recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                self._queued.discard(i)
+                continue
+            ready.append(i)  # it may hold more; behind the others, so each gets a turn
+            self._reads_since_poll += 1
+            batch = parse_live(frames)
+            if batch is None:
+                self.stats.malformed += 1
+                _log.debug("malformed live message from %s: %d frames",
+                           self.endpoints[i], len(frames))
+                continue
+            self.stats.messages += 1
+            self.stats.bytes += len(batch.payload)
+            return Message(i, batch.topic, batch.seq, batch.payload)
+        return None
+
+    def _note(self, events: Iterable[tuple[Any, int]]) -> None:
+        """Record what a poll found: readable SUBs to read, monitor events to count."""
+        self._reads_since_poll = 0
+        for sock, _ in events:
+            i = self._sub_index.get(sock)
+            if i is not None:
+                if i not in self._queued:
+                    self._queued.add(i)
+                    self._ready.append(i)
+                continue
+            i = self._monitor_index.get(sock)
+            if i is not None:
+                self._read_monitor(i)
+
+    def _read_monitor(self, i: int) -> None:
+        while True:
+            try:
+                frames = self._monitors[i].recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            event = parse_monitor_message(frames)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._peers[i] += 1
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._peers[i] = max(0, self._peers[i] - 1)
+
+    def _touch(self) -> bool:
+        """Let each SUB process pending commands; return whether every endpoint has a peer.
+
+        A SUB that *binds* attaches a new peer, and sends it the subscription, only when
+        its owning thread uses the socket (reference note section 1.2: an untouched bound
+        SUB received 0 of 3 batches). Reading ``EVENTS`` is such a use.
+        """
+        for sub in self._subs:
+            sub.getsockopt(zmq.EVENTS)
+        for i in range(len(self._monitors)):
+            self._read_monitor(i)
+        return all(peers > 0 for peers in self._peers)
+
+    def _replay_target(self, source: int | str) -> tuple[int, str]:
+        """Return ``(index, replay endpoint)`` for a source given by index or endpoint."""
+        count = len(self.endpoints)
+        if isinstance(source, str):
+            for names in (self.endpoints, self._given, self.replay_endpoints):
+                if source in names:
+                    index = names.index(source)
+                    break
+            else:
+                msg = f"{source!r} is none of this subscriber's endpoints"
+                raise InvalidInputError(msg)
+        elif isinstance(source, int) and not isinstance(source, bool):
+            if not 0 <= source < count:
+                msg = f"source {source} is outside [0, {count})"
+                raise InvalidInputError(msg)
+            index = source
+        else:
+            msg = f"source must be an endpoint index or string, got {type(source).__name__}"
+            raise InputTypeError(msg)
+        endpoint = self.replay_endpoints[index]
+        if endpoint is None:
+            msg = f"endpoint {index} ({self.endpoints[index]}) has no replay endpoint"
+            raise InvalidInputError(msg)
+        return index, endpoint
+
+    def _open_replay(self, endpoint: str, start_seq: int) -> zmq.Socket[Any] | None:
+        """Connect a fresh DEALER to ``endpoint`` and send the request; None if it failed.
+
+        A fresh socket per request: replies that a timed-out request left in flight go to
+        a closed socket, never into the next replay's answer.
+        """
+        dealer: zmq.Socket[Any] = self._ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        # Unbounded receive queue: the reply is bounded by the publisher's buffer, and a
+        # DEALER that pushed back would make the ROUTER drop part of it silently.
+        dealer.setsockopt(zmq.RCVHWM, 0)
+        try:
+            dealer.connect(endpoint)
+            dealer.send_multipart(replay_request(start_seq), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            _log.warning("replay request to %s failed: %s", endpoint, exc)
+            dealer.close(linger=0)
+            return None
+        return dealer
+
+    # -- closing ---------------------------------------------------------------------------
+    def _mark_closed(self) -> bool:
+        """Mark closed and wake waiters; return False if it already was."""
+        with self._state_lock:
+            if self._closed:
+                return False
+            self._closed = True
+        self._wakeup.set()
+        return True
+
+    def _close_sockets(self) -> None:
+        for sub in self._subs:
+            sub.disable_monitor()
+        for sock in (*self._monitors, *self._subs):
+            sock.close(linger=0)
+        self._monitors.clear()
+        self._subs.clear()
+        self._ready.clear()
+        self._queued.clear()
+        if self._owns_ctx:
+            self._ctx.term()
+        self._wakeup.close()
+
+
+class ZmqSubscriber(_SubscriberBase):
+    """Receives a fleet's KV-event batches: one SUB socket per endpoint, a replay client.
+
+    A worker with dp size N publishes on N endpoints (:func:`dp_endpoints`); give them all,
+    and ``Message.source`` is the rank. Live messages must be exactly
+    ``[topic, seq (8 bytes), payload]``; anything else is counted in
+    ``stats.malformed`` and skipped, never raised. Thread-safe: ``recv`` (and
+    ``wait_connected``) in one thread, ``replay`` in another, ``close`` from any.
+
+    Parameters
+    ----------
+    endpoints : str or sequence of str
+        The publishers' endpoints. Each is connected, or bound when it names no peer (a
+        wildcard host or port: the central-indexer layout, :func:`subscriber_binds`).
+    topic : bytes, default b""
+        Topic prefix filter (ZeroMQ matches the first frame's prefix).
+    replay_endpoints : str or sequence of (str or None), optional
+        One replay endpoint per endpoint (``None`` where there is none).
+    hwm : int, default 100_000
+        Receive high-water mark per SUB socket; past it batches are dropped (a seq gap).
+    bind : bool, optional
+        Force binding (True) or connecting (False) every endpoint.
+    context : zmq.Context, optional
+        Default: a private context, terminated by :meth:`close`. Share one with the
+        publishers to use ``inproc://`` endpoints.
+    sockopts : mapping of int to int or bytes, optional
+        Extra options for each SUB socket (``zmq.RCVBUF``, ``zmq.RECONNECT_IVL``...).
+
+    Attributes
+    ----------
+    endpoints : tuple of str
+        As bound or connected (an ephemeral port resolved).
+    replay_endpoints : tuple of (str or None)
+    topic : bytes
+    stats : SubscriberStats
+        Live counters.
+    """
+
+    def recv(self, timeout: float | None = None) -> Message | None:
+        """Return the next live batch from any endpoint, or None on timeout or close.
+
+        Endpoints take turns, so a busy one does not starve the others; each endpoint's
+        batches come in the order it sent them.
+
+        Parameters
+        ----------
+        timeout : float or None, default None
+            Seconds; 0 only takes what has already arrived; ``None`` waits until a batch
+            comes or another thread calls :meth:`close`.
+
+        Complexity: one non-blocking read per batch, one poll over all sockets when none
+        is waiting.
+        """
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        with self._recv_lock:
+            polled = False
+            while not self._closed:
+                message = self._take()
+                if message is not None:
+                    return message
+                left = remaining(deadline)
+                if polled and left == 0.0:
+                    return None
+                self._note(self._poller.poll(ms(left)))
+                polled = True
+        return None
+
+    def wait_connected(self, timeout: float | None = 5.0) -> bool:
+        """Poll until every endpoint has a connected peer; True if so before the timeout.
+
+        This is the reference note's section 1.2: the sockets are kept in use while the
+        connections come up, so a bound SUB attaches its peers and sends them the
+        subscription. The peer's PUB may still drop a batch sent at this very moment,
+        because it applies the subscription a little later; a publisher that must lose
+        nothing waits with :meth:`ZmqPublisher.wait_subscribers`, and a consumer of a
+        foreign publisher recovers the start by :meth:`replay`.
+
+        Parameters
+        ----------
+        timeout : float or None, default 5.0
+            Seconds; ``None`` waits without limit (until :meth:`close`).
+
+        Returns
+        -------
+        bool
+            True once every endpoint has a peer; False on timeout or close.
+        """
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        with self._recv_lock:
+            poller = zmq.Poller()
+            for monitor in self._monitors:
+                poller.register(monitor, zmq.POLLIN)
+            poller.register(self._wakeup.reader, zmq.POLLIN)
+            while not self._closed:
+                if self._touch():
+                    return True
+                left = remaining(deadline)
+                if left == 0.0:
+                    return False
+                wait = _CONNECT_POLL if left is None else min(left, _CONNECT_POLL)
+                poller.poll(ms(wait))
+        return False
+
+    def replay(self, source: int | str, start_seq: int, *, timeout: float = 5.0) -> ReplayResult:
+        """Ask a publisher's replay socket for every batch it holds from ``start_seq`` on.
+
+        Speaks both reply layouts (with and without the topic frame) and stops at the
+        end marker (the empty payload frame). If the publisher no longer holds
+        ``start_seq``, the reply starts later: ``result.skipped > 0``. A replay socket that
+        never answers costs ``timeout`` and yields ``timed_out=True`` with whatever came;
+        nothing raises for what the peer does or does not send. Live batches keep
+        queueing on the SUB sockets meanwhile. Replies are not filtered by ``topic``: a
+        replay socket serves one publisher, and its whole answer is returned.
+
+        Parameters
+        ----------
+        source : int or str
+            The endpoint's index (the dp rank) or its live or replay endpoint string.
+        start_seq : int
+            The first seq wanted.
+        timeout : float, default 5.0
+            Seconds for the whole reply.
+
+        Returns
+        -------
+        ReplayResult
+            The batches in order, whether the end marker came (``complete``) or the
+            timeout passed first (``timed_out``), the layout, and ``skipped``.
+
+        Raises
+        ------
+        InvalidInputError, InputTypeError
+            An unknown source, one without a replay endpoint, or a bad seq or timeout.
+        TransportClosedError
+            The subscriber is closed.
+
+        Complexity: O(batches replayed); one connection per call.
+        """
+        index, endpoint = self._replay_target(source)
+        check_seq(start_seq)
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        run = _ReplayRun(index, start_seq)
+        with self._replay_lock:
+            if self._closed:
+                msg = "replay on a closed ZmqSubscriber"
+                raise TransportClosedError(msg)
+            dealer = self._open_replay(endpoint, start_seq)
+            if dealer is not None:
+                try:
+                    poller = zmq.Poller()
+                    poller.register(dealer, zmq.POLLIN)
+                    poller.register(self._wakeup.reader, zmq.POLLIN)
+                    while not run.complete and not self._closed:
+                        left = remaining(deadline)
+                        if left == 0.0:
+                            break
+                        if poller.poll(ms(left)):
+                            run.drain(dealer)
+                finally:
+                    dealer.close(linger=0)
+        return run.result(self.stats)
+
+    def close(self) -> None:
+        """Close every socket with linger 0; a blocked call in another thread returns.
+
+        Idempotent. Waits only for calls in flight to notice (they are woken at once).
+        """
+        if not self._mark_closed():
+            return
+        with self._recv_lock, self._replay_lock:
+            self._close_sockets()
+
+    def __enter__(self) -> ZmqSubscriber:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
+
+
+class AsyncZmqSubscriber(_SubscriberBase):
+    """:class:`ZmqSubscriber` for asyncio: the same constructor, awaitable calls.
+
+    ``recv``, ``replay`` and ``wait_connected`` are coroutines that never block the event
+    loop (they wait with ``zmq.asyncio.Poller``); ``close`` is a plain method, and
+    ``async with`` closes on exit. Run one ``recv`` at a time per subscriber (a ZeroMQ
+    socket has one reader); a ``replay`` may run in another task meanwhile.
+    A call in flight when :meth:`close` is called returns within 0.1 s, and the
+    sockets are closed as it leaves.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        topic: bytes = b"",
+        replay_endpoints: str | Sequence[str | None] | None = None,
+        hwm: int = 100_000,
+        bind: bool | None = None,
+        context: zmq.Context[Any] | None = None,
+        sockopts: SocketOptions | None = None,
+    ) -> None:
+        super().__init__(
+            endpoints,
+            topic=topic,
+            replay_endpoints=replay_endpoints,
+            hwm=hwm,
+            bind=bind,
+            context=context,
+            sockopts=sockopts,
+        )
+        # Calls awaiting a poll. close() leaves the sockets to the last of them: closing
+        # a socket under a pending asyncio poll would leave a reader on a dead descriptor.
+        self._in_flight = 0
+        # The same sockets without the wake-up pipe: asyncio waits in slices instead, since
+        # two pending asyncio polls on one raw descriptor would steal each other's reader.
+        self._async_poller = zmq.asyncio.Poller()
+        for sock in (*self._subs, *self._monitors):
+            self._async_poller.register(sock, zmq.POLLIN)
+
+    async def recv(self, timeout: float | None = None) -> Message | None:
+        """Return the next live batch, or None on timeout or close (see ZmqSubscriber)."""
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        self._enter()
+        try:
+            polled = False
+            while not self._closed:
+                message = self._take()
+                if message is not None:
+                    return message
+                left = remaining(deadline)
+                if polled and left == 0.0:
+                    return None
+                self._note(await self._async_poller.poll(ms(_slice(left))))
+                polled = True
+            return None
+        finally:
+            self._leave()
+
+    async def wait_connected(self, timeout: float | None = 5.0) -> bool:
+        """Poll until every endpoint has a connected peer (see ZmqSubscriber)."""
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        self._enter()
+        try:
+            poller = zmq.asyncio.Poller()
+            for monitor in self._monitors:
+                poller.register(monitor, zmq.POLLIN)
+            while not self._closed:
+                if self._touch():
+                    return True
+                left = remaining(deadline)
+                if left == 0.0:
+                    return False
+                wait = _CONNECT_POLL if left is None else min(left, _CONNECT_POLL)
+                await poller.poll(ms(wait))
+            return False
+        finally:
+            self._leave()
+
+    async def replay(
+        self, source: int | str, start_seq: int, *, timeout: float = 5.0
+    ) -> ReplayResult:
+        """Replay from a publisher's replay socket (see :meth:`ZmqSubscriber.replay`)."""
+        index, endpoint = self._replay_target(source)
+        check_seq(start_seq)
+        limit = check_timeout(timeout)
+        deadline = deadline_after(limit)
+        if self._closed:
+            msg = "replay on a closed AsyncZmqSubscriber"
+            raise TransportClosedError(msg)
+        run = _ReplayRun(index, start_seq)
+        self._enter()
+        try:
+            dealer = self._open_replay(endpoint, start_seq)
+            if dealer is not None:
+                try:
+                    poller = zmq.asyncio.Poller()
+                    poller.register(dealer, zmq.POLLIN)
+                    while not run.complete and not self._closed:
+                        left = remaining(deadline)
+                        if left == 0.0:
+                            break
+                        if await poller.poll(ms(_slice(left))):
+                            run.drain(dealer)
+                finally:
+                    dealer.close(linger=0)
+        finally:
+            self._leave()
+        return run.result(self.stats)
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._closed and self._in_flight == 0 and self._subs:
+            self._close_sockets()
+
+    def close(self) -> None:
+        """Close every socket with linger 0 (at once, or as the last call in flight leaves).
+
+        Idempotent.
+        """
+        if self._mark_closed() and self._in_flight == 0:
+            self._close_sockets()
+
+    async def __aenter__(self) -> AsyncZmqSubscriber:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
+
+
+def _slice(left: float | None) -> float:
+    return _ASYNC_SLICE if left is None else min(left, _ASYNC_SLICE)
