@@ -25,6 +25,7 @@ MetaTree call is checked whole before it changes anything.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -74,6 +75,12 @@ class ReplayStats:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         self.pending = other.pending
 
+    def since(self, earlier: ReplayStats) -> ReplayStats:
+        """The counts added after ``earlier`` (a copy of these stats taken before)."""
+        return ReplayStats(
+            **{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)}
+        )
+
 
 @dataclass(frozen=True)
 class WorkerLag:
@@ -95,6 +102,7 @@ class _Cursor:
     stale: bool = False
     newest: int | None = None
     waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
+    stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
 
 
 class Replayer:
@@ -198,6 +206,9 @@ class Replayer:
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         with self._lock:
             handled = 0
+            # Each worker's own counts move; this call's are their sum, taken
+            # once per worker touched rather than once per record.
+            before: dict[int, tuple[_Cursor, ReplayStats]] = {}
             while self._pending:
                 if max_records is not None and handled >= max_records:
                     break
@@ -207,8 +218,12 @@ class Replayer:
                 cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
                 if cursor.waiting:
                     cursor.waiting.popleft()
-                self._take(record, cursor, done)
+                if id(cursor) not in before:
+                    before[id(cursor)] = (cursor, dataclasses.replace(cursor.stats))
+                self._take(record, cursor, cursor.stats)
                 handled += 1
+            for cursor, earlier in before.values():
+                done.add(cursor.stats.since(earlier))
             done.pending = len(self._pending)
             self.stats.add(done)
         return done
@@ -348,6 +363,12 @@ class Replayer:
             self._pending = deque(
                 (r, t) for r, t in self._pending if (r.worker, r.dp_rank) != (worker, dp_rank)
             )
+
+    def worker_stats(self, worker: str, dp_rank: int = 0) -> ReplayStats:
+        """The counts of one worker's records, cumulative (a copy)."""
+        with self._lock:
+            cursor = self._cursors.get((worker, dp_rank))
+            return ReplayStats() if cursor is None else dataclasses.replace(cursor.stats)
 
     def lag(self) -> list[WorkerLag]:
         """Per worker: the applied and newest seq, and the records and seconds behind."""

@@ -212,6 +212,9 @@ def test_budgets_and_lag() -> None:
     assert fleet.replayer.replay(max_seconds=0).applied == 0  # no time: nothing applied
     rest = fleet.replayer.replay()
     assert rest.pending == 0 and fleet.replayer.stats.applied == len(records)
+    per_worker = [fleet.replayer.worker_stats(f"w{i}").applied for i in range(2)]
+    assert per_worker == [len(log.read()) for log in fleet.logs]
+    assert fleet.replayer.worker_stats("nobody") == ReplayStats()
     assert all(w.records == 0 and w.applied_seq == w.newest_seq for w in fleet.replayer.lag())
     fleet.assert_mirrors()
 
