@@ -830,3 +830,33 @@ cdef class CacheCore:
         except RuntimeError as exc:
             raise AssertionError(str(exc)) from None
 include "_meta_core.pxi"
+
+
+# -- wire helpers ----------------------------------------------------------------------
+
+cdef extern from "radixmeta/msgpack_ints.hpp" namespace "radixmeta" nogil:
+    cdef struct MsgpackArrayHeader:
+        bint ok
+        uint64_t count
+        size_t offset
+    MsgpackArrayHeader msgpack_array_header(const uint8_t* data, size_t size)
+    bint msgpack_read_tokens(const uint8_t* data, size_t size, MsgpackArrayHeader h,
+                             uint32_t* out)
+
+
+def msgpack_tokens(const unsigned char[::1] raw not None):
+    """The uint32 array encoded in ``raw`` (one msgpack array of ints in [0, 2**32)), or None.
+
+    For the wire codecs: token ids read with no Python object per token. None
+    means "not that shape" (a nested array, a negative or large int, trailing
+    bytes), and the caller decodes the slow way.
+    """
+    cdef size_t size = raw.shape[0]
+    cdef const uint8_t* data = <const uint8_t*>&raw[0] if size else NULL
+    cdef MsgpackArrayHeader h = msgpack_array_header(data, size)
+    if not h.ok or h.count > size:  # each element takes at least one byte
+        return None
+    cdef cnp.ndarray out = _new_uint32(h.count)
+    if not msgpack_read_tokens(data, size, h, <uint32_t*>cnp.PyArray_DATA(out)):
+        return None
+    return out
