@@ -1,4 +1,4 @@
-"""The native reader of msgpack token arrays agrees with msgspec, and refuses what it cannot read."""
+"""The native reader of msgpack token arrays agrees with msgspec and refuses other shapes."""
 
 from __future__ import annotations
 
