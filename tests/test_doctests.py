@@ -6,9 +6,20 @@ import pytest
 
 import radixmeta.cache
 import radixmeta.meta
+import radixmeta.wire._sglang_hash
+import radixmeta.wire.sglang
+import radixmeta.wire.vllm
+
+MODULES = [
+    radixmeta.cache,
+    radixmeta.meta,
+    radixmeta.wire.vllm,
+    radixmeta.wire.sglang,
+    radixmeta.wire._sglang_hash,  # sglang.block_hashes is defined there
+]
 
 
-@pytest.mark.parametrize("module", [radixmeta.cache, radixmeta.meta], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_docstring_examples(module: object) -> None:
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert tried > 0, "no examples found: the docstrings lost their examples"

@@ -75,6 +75,18 @@ def _first_event_is_map(data: Any) -> bool:
         return True
 
 
+def _malformed(where: str, exc: msgspec.DecodeError) -> DecodeError:
+    # Splitting a batch into raw events checks its structure, not its strings' UTF-8.
+    return DecodeError(f"{where}: {malformed_message(exc, 0)}")
+
+
+def _generic(where: str, raw: bytes) -> Any:
+    try:
+        return _GENERIC.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _malformed(where, exc) from None
+
+
 class BatchDecoder:
     """Decodes one engine's batches.
 
@@ -153,13 +165,15 @@ class BatchDecoder:
     def _event(self, where: str, raw: bytes) -> Event:
         maps = _is_map(raw[0])
         if not maps and not _is_array(raw[0]):
-            got = type_name(_GENERIC.decode(raw))
+            got = type_name(_generic(where, raw))
             msg = f"{where}: an event must be an array or a map, got {got}"
             raise DecodeError(msg)
         try:
             wire = self._single[maps].decode(raw)
         except msgspec.ValidationError as exc:
             return self._unknown_or_raise(where, raw, maps, exc)
+        except msgspec.DecodeError as exc:  # what slicing out raw events does not check
+            raise _malformed(where, exc) from None
         try:
             return self._convert[type(wire)](wire)
         except Invalid as exc:
@@ -169,7 +183,7 @@ class BatchDecoder:
     def _unknown_or_raise(
         self, where: str, raw: bytes, maps: bool, exc: msgspec.ValidationError
     ) -> Event:
-        body = _GENERIC.decode(raw)
+        body = _generic(where, raw)
         if maps:
             tag = body.get("type")
             if not isinstance(tag, str):

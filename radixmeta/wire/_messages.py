@@ -64,8 +64,9 @@ def malformed_message(exc: msgspec.DecodeError, size: int) -> str:
     """Bytes that are not msgpack at all: truncated, an invalid byte, trailing bytes."""
     text = str(exc)
     if "truncated" in text:
-        return f"truncated msgpack: the {size} bytes end inside a value (offset {size})"
+        return f"truncated msgpack: the data ends inside a value at offset {size}"
     detail = text.removeprefix("MessagePack data is malformed: ")
+    detail = detail[:1].lower() + detail[1:]  # msgspec capitalises some ("Invalid UTF-8 ...")
     detail = re.sub(r" \(byte (\d+)\)$", r" at offset \1", detail)
     return f"malformed msgpack: {detail}"
 
@@ -116,6 +117,8 @@ def event_message(
             return f"{tag}.{fields[int(length[1]) - 1].name} is missing"
         return f"{tag}: {what}"
     head, rest = segments[0], segments[1:]
+    if head == 0:  # the tag itself (a known tag reaches here only by a msgspec surprise)
+        return f"{tag}: {what}"
     name = fields[head - 1].name if isinstance(head, int) else head
     kind = next(f.kind for f in fields if f.name == name)
     value = body[head]

@@ -122,7 +122,7 @@ def flatten_pairs(items: list[Any], field: str) -> npt.NDArray[np.uint32]:
     flat: list[int] = []
     for i, item in enumerate(items):
         if not isinstance(item, list):
-            msg = f"{field} mixes integers and pairs: [{i}] is an integer after pairs"
+            msg = f"{field} mixes integers and pairs: {field}[{i}] = {item}"
             raise Invalid(msg)
         if len(item) != 2:
             msg = f"{field}[{i}] must be a pair of integers, got an array of {len(item)}"
