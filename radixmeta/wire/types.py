@@ -92,10 +92,31 @@ class BlockStored(msgspec.Struct, frozen=True, gc=False):
         token-less residency updates and partial blocks.
     block_size : int
         Tokens per block (SGLang's page size); 0 in vLLM's offload placeholders.
-    lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
-    kv_cache_spec_sliding_window, locality, ownership, session_id, lookahead_token_ids
-        vLLM's fields, as sent (``medium`` also SGLang's; ``session_id`` and
-        ``lora_name`` also SGLang's). ``extra_keys`` keeps msgpack arrays as lists.
+    lora_id : int or None
+        vLLM's deprecated LoRA id (SGLang always sends ``None``).
+    medium : str or None
+        The storage tier: ``"GPU"``, vLLM's ``"CPU"`` and ``"STORAGE"``, SGLang's
+        ``"CPU_PINNED"``, ``"DISK"`` and ``"EXTERNAL"``; ``None`` before vLLM 0.10.2
+        and SGLang 0.5.10.
+    lora_name : str or None
+        The LoRA adapter (vLLM 0.14+, SGLang 0.5.22+).
+    extra_keys : list or None
+        vLLM 0.17+: per block, the extra keys of its hash (LoRA, multimodal
+        inputs, salt), msgpack arrays as lists.
+    group_idx : int or None
+        vLLM 0.20+: the KV-cache group (hybrid models).
+    kv_cache_spec_kind : str or None
+        vLLM 0.22+: the group's attention kind, such as ``"full_attention"``.
+    kv_cache_spec_sliding_window : int or None
+        vLLM 0.22+: the group's sliding window.
+    locality : str or None
+        vLLM 0.26+: ``"LOCAL"`` or ``"REMOTE"``.
+    ownership : str or None
+        vLLM 0.29+: the secondary offload tier.
+    session_id : str or None
+        vLLM 0.30+, SGLang 0.5.20+.
+    lookahead_token_ids : list of list of int, or None
+        vLLM 0.33+, as decoded.
     cache_salt : str or None
         SGLang's cache salt: the map field of 0.5.20+, or 0.5.18's ``metadata``.
     token_pairs : bool
@@ -136,8 +157,12 @@ class BlockRemoved(msgspec.Struct, frozen=True, gc=False):
     ----------
     block_hashes : numpy.ndarray of uint64
         The removed blocks' hashes.
-    medium, group_idx, locality, ownership
-        As sent; ``None`` when the engine or release does not send them.
+    medium : str or None
+        The storage tier, as for :class:`BlockStored`.
+    group_idx : int or None
+        vLLM 0.20+: the KV-cache group.
+    locality, ownership : str or None
+        vLLM 0.26+ and 0.29+, as for :class:`BlockStored`.
     wire_hashes : WireHashes or None
         The hashes as sent, when they were not in the engine's canonical form.
     """
