@@ -92,8 +92,6 @@ class BatchDecoder:
 
     Parameters
     ----------
-    engine : str
-        For messages.
     events : sequence of EventSchema
         The engine's event types.
     map_since : Version
@@ -105,12 +103,10 @@ class BatchDecoder:
 
     def __init__(
         self,
-        engine: str,
         events: Sequence[EventSchema],
         map_since: Version,
         converters: Mapping[str, Converter],
     ) -> None:
-        self.engine = engine
         self._convert: dict[type, Converter] = {}
         self._fields: dict[tuple[str, bool], tuple[Field, ...]] = {}
         # Per form (array, map) and path (fast, exact): the structs of the three events.

@@ -162,7 +162,6 @@ def _cleared(e: Any) -> AllBlocksCleared:
 
 
 _DECODER = BatchDecoder(
-    "SGLang",
     (_STORED, _REMOVED, _CLEARED),
     _PROFILE.map_since,
     {"BlockStored": _stored, "BlockRemoved": _removed, "AllBlocksCleared": _cleared},

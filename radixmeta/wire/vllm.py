@@ -163,7 +163,6 @@ def _cleared(e: Any) -> AllBlocksCleared:
 
 
 _DECODER = BatchDecoder(
-    "vLLM",
     (_STORED, _REMOVED, _CLEARED),
     _PROFILE.map_since,
     {"BlockStored": _stored, "BlockRemoved": _removed, "AllBlocksCleared": _cleared},
