@@ -71,7 +71,7 @@ def fast_path_only(codec: ModuleType, data: bytes) -> EventBatch:
         msg = "slow path taken"
         raise AssertionError(msg)
 
-    with mock.patch.object(codec._DECODER, "_decode_exactly", refuse):
+    with mock.patch.object(codec._CODEC.decoder, "_decode_exactly", refuse):
         batch: EventBatch = codec.decode_batch(data)
     return batch
 
@@ -82,7 +82,7 @@ def test_exact_path_agrees_with_fast_path(engine: str, version: str, data: st.Da
     """The event-by-event path (mixed eras, errors) decodes valid batches identically."""
     codec = CODECS[engine]
     wire = codec.encode_batch(data.draw(batches(codec, version, unknown=False)), version=version)
-    assert codec._DECODER._decode_exactly(wire) == fast_path_only(codec, wire)
+    assert codec._CODEC.decoder._decode_exactly(wire) == fast_path_only(codec, wire)
 
 
 @pytest.mark.parametrize(("engine", "version", "hexdata"), GOLDEN)
@@ -90,7 +90,7 @@ def test_engine_batches_take_the_fast_path(engine: str, version: str, hexdata: s
     """A released engine's batch never needs the slow path (it would cost throughput)."""
     codec = CODECS[engine]
     data = bytes.fromhex(hexdata)
-    assert fast_path_only(codec, data) == codec._DECODER._decode_exactly(data)
+    assert fast_path_only(codec, data) == codec._CODEC.decoder._decode_exactly(data)
 
 
 # -- tolerance ----------------------------------------------------------------------------------

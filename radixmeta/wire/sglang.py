@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from radixmeta.wire._decode import BatchDecoder
-from radixmeta.wire._encode import Layout, Profile, encode
+from radixmeta.wire._codec import Codec
+from radixmeta.wire._encode import Layout, Profile
 from radixmeta.wire._normalise import canonical_signed, decoded_tokens, flatten_pairs
 from radixmeta.wire._schema import (
     OPTIONAL_INT,
@@ -40,8 +40,7 @@ from radixmeta.wire._schema import (
     Token,
 )
 from radixmeta.wire._sglang_hash import block_hashes, page_digests
-from radixmeta.wire._versions import VersionTable
-from radixmeta.wire.types import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from radixmeta.wire.types import BlockRemoved, BlockStored, EventBatch
 
 __all__ = ["SUPPORTED", "block_hashes", "decode_batch", "encode_batch", "layout", "page_digests"]
 
@@ -120,9 +119,6 @@ _PROFILE = Profile(
     pairs=True,
     salted_since=(0, 5, 18),
 )
-_LAYOUTS: VersionTable[Layout] = _PROFILE.layouts()
-SUPPORTED = _LAYOUTS.range_text
-"""The releases :func:`encode_batch` knows, as ``"0.4.6 to 0.5.23"``."""
 
 
 def _stored(e: Any) -> BlockStored:
@@ -154,18 +150,9 @@ def _removed(e: Any) -> BlockRemoved:
     return BlockRemoved(hashes, medium=e.medium, wire_hashes=wire)
 
 
-_CLEARED_EVENT = AllBlocksCleared()
-
-
-def _cleared(e: Any) -> AllBlocksCleared:
-    return _CLEARED_EVENT  # no fields: one shared immutable instance
-
-
-_DECODER = BatchDecoder(
-    (_STORED, _REMOVED, _CLEARED),
-    _PROFILE.map_since,
-    {"BlockStored": _stored, "BlockRemoved": _removed, "AllBlocksCleared": _cleared},
-)
+_CODEC = Codec(_PROFILE, stored=_stored, removed=_removed)
+SUPPORTED = _CODEC.layouts.range_text
+"""The releases this module knows, as ``"0.4.6 to 0.5.23"``."""
 
 
 def decode_batch(data: bytes) -> EventBatch:
@@ -198,7 +185,7 @@ def decode_batch(data: bytes) -> EventBatch:
     -----
     Complexity: O(len(data)), as :func:`radixmeta.wire.vllm.decode_batch`.
     """
-    return _DECODER.decode(data)
+    return _CODEC.decode(data)
 
 
 def layout(version: str = "0.5.23") -> Layout:
@@ -209,7 +196,7 @@ def layout(version: str = "0.5.23") -> Layout:
     InvalidInputError
         ``version`` is not a release number, or outside :data:`SUPPORTED`.
     """
-    return _LAYOUTS.find(version)
+    return _CODEC.layout(version)
 
 
 def encode_batch(batch: EventBatch, *, version: str = "0.5.23") -> bytes:
@@ -244,4 +231,4 @@ def encode_batch(batch: EventBatch, *, version: str = "0.5.23") -> bytes:
     -----
     Complexity: O(number of tokens and hashes), through Python lists.
     """
-    return encode(batch, _LAYOUTS.find(version))
+    return _CODEC.encode(batch, version)

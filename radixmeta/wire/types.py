@@ -43,16 +43,20 @@ __all__ = [
 ]
 
 
-def _fields_equal(a: msgspec.Struct, b: msgspec.Struct) -> bool:
-    """Field-wise equality in which array fields compare element-wise (and by length)."""
-    for name in a.__struct_fields__:
-        x, y = getattr(a, name), getattr(b, name)
-        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-            if not np.array_equal(x, y):
+class _WithArrays(msgspec.Struct, frozen=True, gc=False):
+    """Events holding arrays: equal when every field is, arrays element-wise."""
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for name in self.__struct_fields__:
+            x, y = getattr(self, name), getattr(other, name)
+            if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+                if not np.array_equal(x, y):
+                    return False
+            elif bool(x != y):
                 return False
-        elif bool(x != y):
-            return False
-    return True
+        return True
 
 
 class WireHashes(msgspec.Struct, frozen=True, gc=False):
@@ -76,7 +80,7 @@ class WireHashes(msgspec.Struct, frozen=True, gc=False):
     parent_block_hash: int | bytes | None = None
 
 
-class BlockStored(msgspec.Struct, frozen=True, gc=False):
+class BlockStored(_WithArrays, frozen=True, gc=False):
     """Blocks that became cached: one run of contiguous blocks under one parent.
 
     Parameters
@@ -144,13 +148,8 @@ class BlockStored(msgspec.Struct, frozen=True, gc=False):
     token_pairs: bool = False
     wire_hashes: WireHashes | None = None
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return _fields_equal(self, other)
 
-
-class BlockRemoved(msgspec.Struct, frozen=True, gc=False):
+class BlockRemoved(_WithArrays, frozen=True, gc=False):
     """Blocks that were evicted (vLLM: one event per block; SGLang: a node's pages).
 
     Parameters
@@ -173,11 +172,6 @@ class BlockRemoved(msgspec.Struct, frozen=True, gc=False):
     locality: str | None = None
     ownership: str | None = None
     wire_hashes: WireHashes | None = None
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return _fields_equal(self, other)
 
 
 class AllBlocksCleared(msgspec.Struct, frozen=True, gc=False):

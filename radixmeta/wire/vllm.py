@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixmeta.wire._decode import BatchDecoder
-from radixmeta.wire._encode import Layout, Profile, encode
+from radixmeta.wire._codec import Codec
+from radixmeta.wire._encode import Layout, Profile
 from radixmeta.wire._normalise import canonical_unsigned, decoded_tokens
 from radixmeta.wire._schema import (
     OPTIONAL_ARRAY,
@@ -40,8 +40,7 @@ from radixmeta.wire._schema import (
     Size,
     Token,
 )
-from radixmeta.wire._versions import VersionTable
-from radixmeta.wire.types import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from radixmeta.wire.types import BlockRemoved, BlockStored, EventBatch
 
 __all__ = ["SUPPORTED", "decode_batch", "encode_batch", "layout"]
 
@@ -116,9 +115,6 @@ _PROFILE = Profile(
     signed=False,
     pairs=False,
 )
-_LAYOUTS: VersionTable[Layout] = _PROFILE.layouts()
-SUPPORTED = _LAYOUTS.range_text
-"""The releases :func:`encode_batch` knows, as ``"0.9.0 to 0.33.x"``."""
 
 
 def _stored(e: Any) -> BlockStored:
@@ -155,18 +151,9 @@ def _removed(e: Any) -> BlockRemoved:
     )
 
 
-_CLEARED_EVENT = AllBlocksCleared()
-
-
-def _cleared(e: Any) -> AllBlocksCleared:
-    return _CLEARED_EVENT  # no fields: one shared immutable instance
-
-
-_DECODER = BatchDecoder(
-    (_STORED, _REMOVED, _CLEARED),
-    _PROFILE.map_since,
-    {"BlockStored": _stored, "BlockRemoved": _removed, "AllBlocksCleared": _cleared},
-)
+_CODEC = Codec(_PROFILE, stored=_stored, removed=_removed)
+SUPPORTED = _CODEC.layouts.range_text
+"""The releases this module knows, as ``"0.9.0 to 0.33.x"``."""
 
 
 def decode_batch(data: bytes) -> EventBatch:
@@ -203,7 +190,7 @@ def decode_batch(data: bytes) -> EventBatch:
     array and map events, unknown event types, errors) are decoded event by
     event.
     """
-    return _DECODER.decode(data)
+    return _CODEC.decode(data)
 
 
 def layout(version: str = "0.33") -> Layout:
@@ -214,7 +201,7 @@ def layout(version: str = "0.33") -> Layout:
     InvalidInputError
         ``version`` is not a release number, or outside :data:`SUPPORTED`.
     """
-    return _LAYOUTS.find(version)
+    return _CODEC.layout(version)
 
 
 def encode_batch(batch: EventBatch, *, version: str = "0.33") -> bytes:
@@ -253,4 +240,4 @@ def encode_batch(batch: EventBatch, *, version: str = "0.33") -> bytes:
     -----
     Complexity: O(number of tokens and hashes), through Python lists.
     """
-    return encode(batch, _LAYOUTS.find(version))
+    return _CODEC.encode(batch, version)
