@@ -34,7 +34,8 @@ __all__ = [
     "encode_struct",
 ]
 
-# msgspec checks these while it decodes, so a bad value never reaches numpy.
+# msgspec checks these while it decodes. The fast path reads token lists as plain ints
+# (Field.fast_type) and lets array.array check their range, which is cheaper.
 Token = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 Size = Annotated[int, msgspec.Meta(ge=0)]
 
