@@ -26,6 +26,7 @@ __all__ = [
     "BlockConflictError",
     "LogTruncatedError",
     "TransportClosedError",
+    "DecodeError",
 ]
 
 
@@ -110,3 +111,14 @@ class LogTruncatedError(RadixMetaError, LookupError):
 
 class TransportClosedError(RadixMetaError, RuntimeError):
     """A publisher or subscriber of :mod:`radixmeta.transport` was used after ``close()``."""
+
+
+class DecodeError(RadixMetaError, ValueError):
+    """Bytes from the wire are not a valid message of the codec that reads them.
+
+    Raised by the decoders of :mod:`radixmeta.wire` for truncated or malformed
+    msgpack, a wrong top-level type, or a field of the wrong type or out of
+    range. The message names the byte offset or the field, for example
+    ``batch[1][3]: BlockStored.token_ids must be an array of integers, got str``.
+    A batch that raises decodes to nothing: no event of it is returned.
+    """

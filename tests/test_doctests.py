@@ -7,8 +7,20 @@ import pytest
 import radixmeta.cache
 import radixmeta.log
 import radixmeta.meta
+import radixmeta.replay
+import radixmeta.wire._sglang_hash
+import radixmeta.wire.sglang
+import radixmeta.wire.vllm
 
-MODULES = [radixmeta.cache, radixmeta.log, radixmeta.meta]
+MODULES = [
+    radixmeta.cache,
+    radixmeta.log,
+    radixmeta.meta,
+    radixmeta.replay,
+    radixmeta.wire.vllm,
+    radixmeta.wire.sglang,
+    radixmeta.wire._sglang_hash,  # sglang.block_hashes is defined there
+]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -1,0 +1,29 @@
+"""Wire codecs for KV-cache event streams: vLLM's and SGLang's payloads.
+
+:mod:`radixmeta.wire.vllm` and :mod:`radixmeta.wire.sglang` each have
+``decode_batch(data) -> EventBatch`` and ``encode_batch(batch, *, version=...)``;
+both decode into the engine-neutral event types of :mod:`radixmeta.wire.types`,
+re-exported here. See the wire page of the documentation.
+"""
+
+from __future__ import annotations
+
+from radixmeta.wire.types import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    EventBatch,
+    UnknownEvent,
+    WireHashes,
+)
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "Event",
+    "EventBatch",
+    "UnknownEvent",
+    "WireHashes",
+]
