@@ -40,6 +40,7 @@ from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
 __all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag"]
 
 logger = logging.getLogger("radixmeta.replay")
+_REPLAY_ATTEMPTS = 3  # replay requests per gap before a resync
 
 _Key = tuple[str, int]
 
@@ -274,19 +275,27 @@ class Replayer:
     def _repair(
         self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats, from_seq: int
     ) -> None:
-        """Fill the gap before ``record`` from the source, or resync the worker."""
-        missing = None
-        if self.source is not None:
+        """Fill the gap before ``record`` from the source, or resync the worker.
+
+        A source may answer in part (a replay that timed out): what it sent is
+        applied and the rest asked for again, a few times, before resyncing.
+        """
+        for _ in range(_REPLAY_ATTEMPTS if self.source is not None else 0):
             done.replays_requested += 1
-            missing = self.source.replay(record.worker, record.dp_rank, from_seq)
-        if missing and (missing[0].seq, missing[0].index) <= (from_seq, 0):
+            missing = self.source.replay(record.worker, record.dp_rank, from_seq)  # type: ignore[union-attr]
+            if not missing or (missing[0].seq, missing[0].index) > (from_seq, 0):
+                break  # the source no longer reaches back to the gap
             for earlier in missing:
                 if (earlier.seq, earlier.index) >= (record.seq, record.index):
                     break
                 if cursor.seq is None or (earlier.seq, earlier.index) > (cursor.seq, cursor.index):
                     self._apply(earlier, worker, cursor, done)
-            self._apply(record, worker, cursor, done)
-            return
+            if cursor.seq is not None and self._follows(record, cursor):
+                self._apply(record, worker, cursor, done)
+                return
+            if cursor.seq is None:
+                break
+            from_seq = self._expected_seq(cursor)
         done.resyncs += 1
         snapshot = (
             None if self.source is None else self.source.snapshot(record.worker, record.dp_rank)

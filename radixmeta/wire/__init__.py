@@ -3,7 +3,9 @@
 :mod:`radixmeta.wire.vllm` and :mod:`radixmeta.wire.sglang` each have
 ``decode_batch(data) -> EventBatch`` and ``encode_batch(batch, *, version=...)``;
 both decode into the engine-neutral event types of :mod:`radixmeta.wire.types`,
-re-exported here. See the wire page of the documentation.
+re-exported here. :mod:`radixmeta.wire.native` carries radixmeta's own records
+(:mod:`radixmeta.events`) for a radixmeta-based engine. See the wire page of the
+documentation.
 """
 
 from __future__ import annotations

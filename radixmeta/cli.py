@@ -1,0 +1,214 @@
+"""The ``radixmeta`` console script.
+
+``radixmeta listen`` subscribes to a live fleet's KV-event streams (vLLM,
+SGLang, or radixmeta's own), replays them into a MetaTree and shows a live table
+per worker; ``--json-out`` writes the final state, ``--metrics-port`` serves it
+to Prometheus. ``python -m radixmeta`` stays the demonstration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from radixmeta.errors import RadixMetaError
+
+__all__ = ["main"]
+
+_COLUMNS = (
+    ("worker", "worker"),
+    ("rank", "dp_rank"),
+    ("blocks", "blocks"),
+    ("applied", "applied"),
+    ("gaps", "gaps"),
+    ("replays", "replays"),
+    ("resyncs", "resyncs"),
+    ("malformed", "malformed"),
+    ("lag", "lag_records"),
+    ("lag s", "lag_seconds"),
+    ("stale", "stale"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="radixmeta", description="Prefix trees for LLM serving: router-side tools."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listen = sub.add_parser(
+        "listen",
+        help="watch a fleet's KV-event streams through a MetaTree",
+        description=(
+            "Subscribe to each worker's KV-event stream (ZeroMQ), replay it into a MetaTree, "
+            "and show per worker the blocks held, records applied, gaps, replays, resyncs and "
+            "lag. Stops on Ctrl-C or after --exit-after-idle seconds without a message."
+        ),
+    )
+    listen.add_argument(
+        "--worker",
+        action="append",
+        required=True,
+        metavar="NAME=ENDPOINT[,replay=ENDPOINT]",
+        help="a worker's PUB endpoint (rank 0's with --dp-size) and optional replay endpoint; "
+        "repeat for every worker",
+    )
+    listen.add_argument("--codec", choices=("vllm", "sglang", "native"), required=True)
+    listen.add_argument("--block-size", type=int, required=True, help="the engines' block size")
+    listen.add_argument(
+        "--dp-size", type=int, default=1, help="data-parallel ranks per worker (ports base+rank)"
+    )
+    listen.add_argument("--topic", default="", help="topic prefix to subscribe to")
+    listen.add_argument("--json-out", metavar="FILE", help="write the final state here on exit")
+    listen.add_argument(
+        "--exit-after-idle", type=float, metavar="SECONDS", help="stop after this long idle"
+    )
+    listen.add_argument(
+        "--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N"
+    )
+    listen.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default loopback)"
+    )
+    listen.add_argument("--replay-timeout", type=float, default=1.0, metavar="SECONDS")
+    listen.add_argument("--no-table", action="store_true", help="print no live table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _listen(args)
+    except RadixMetaError as exc:
+        print(f"radixmeta {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _rows(state: list[dict[str, Any]], block_size: int) -> Iterator[list[str]]:
+    for w in state:
+        w = {**w, "blocks": w["tokens"] // block_size}
+        yield [str(w[key]) if key != "stale" else ("yes" if w[key] else "") for _, key in _COLUMNS]
+
+
+def _table(state: list[dict[str, Any]], block_size: int, title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _ in _COLUMNS:
+        table.add_column(header, justify="left" if header == "worker" else "right")
+    for row in _rows(state, block_size):
+        table.add_row(*row)
+    return table
+
+
+def _serve_metrics(subscription: Any, host: str, port: int) -> Any:
+    from prometheus_client import start_http_server
+    from prometheus_client.core import REGISTRY, GaugeMetricFamily
+
+    class _Collector:
+        def collect(self) -> Iterator[Any]:
+            state = subscription.worker_state()
+            for key in (
+                "tokens",
+                "applied",
+                "gaps",
+                "replays",
+                "resyncs",
+                "malformed",
+                "lag_records",
+                "lag_seconds",
+            ):
+                family = GaugeMetricFamily(
+                    f"radixmeta_worker_{key}",
+                    f"radixmeta listen: {key} per worker",
+                    labels=["worker", "dp_rank"],
+                )
+                for w in state:
+                    family.add_metric([w["worker"], str(w["dp_rank"])], float(w[key]))
+                yield family
+
+    collector = _Collector()
+    REGISTRY.register(collector)
+    server, thread = start_http_server(port, addr=host)
+    return collector, server, thread
+
+
+def _listen(args: argparse.Namespace) -> int:
+    from radixmeta.subscription import FleetSubscription, WorkerEndpoint
+
+    workers = [WorkerEndpoint.parse(spec, args.dp_size) for spec in args.worker]
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    metrics = None
+    try:
+        with FleetSubscription(
+            workers,
+            codec=args.codec,
+            block_size=args.block_size,
+            topic=args.topic.encode(),
+            replay_timeout=args.replay_timeout,
+        ) as subscription:
+            if args.metrics_port is not None:
+                metrics = _serve_metrics(subscription, args.metrics_host, args.metrics_port)
+            _loop(subscription, args, stop)
+            state = subscription.worker_state()
+            if args.json_out:
+                with open(args.json_out, "w") as f:
+                    json.dump(
+                        {
+                            "codec": args.codec,
+                            "block_size": args.block_size,
+                            "decode_errors": subscription.decode_errors,
+                            "workers": state,
+                            "transport": vars(subscription.subscriber.stats)
+                            if hasattr(subscription.subscriber.stats, "__dict__")
+                            else str(subscription.subscriber.stats),
+                        },
+                        f,
+                        indent=2,
+                        default=str,
+                    )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if metrics is not None:
+            from prometheus_client.core import REGISTRY
+
+            REGISTRY.unregister(metrics[0])
+            metrics[1].shutdown()
+    return 0
+
+
+def _loop(subscription: Any, args: argparse.Namespace, stop: threading.Event) -> None:
+    title = f"radixmeta listen: {len(subscription.sources)} streams, codec {args.codec}"
+    last_message = time.monotonic()
+    live = None
+    if not args.no_table:
+        from rich.live import Live
+
+        live = Live(
+            _table(subscription.worker_state(), args.block_size, title), refresh_per_second=4
+        )
+        live.start()
+    try:
+        while not stop.is_set():
+            if subscription.poll(timeout=0.1):
+                last_message = time.monotonic()
+            subscription.replayer.replay(max_seconds=0.05)
+            if live is not None:
+                live.update(_table(subscription.worker_state(), args.block_size, title))
+            idle = time.monotonic() - last_message
+            if args.exit_after_idle is not None and idle >= args.exit_after_idle:
+                break
+        subscription.replayer.replay()  # what is still pending
+    finally:
+        if live is not None:
+            live.update(_table(subscription.worker_state(), args.block_size, title))
+            live.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""``radixmeta listen`` against a live publisher: the console script as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_fleet import free_port_block
+
+from radixmeta.transport import ZmqPublisher
+from radixmeta.wire import BlockRemoved, BlockStored, EventBatch, vllm
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _stored(hashes: list[int], tokens: list[int], parent: int | None = None) -> BlockStored:
+    return BlockStored(
+        np.array(hashes, np.uint64), parent, np.array(tokens, np.uint32), 2, medium="GPU"
+    )
+
+
+def test_listen_follows_a_vllm_worker(tmp_path: Path) -> None:
+    base = free_port_block(3)
+    out = tmp_path / "state.json"
+    with ZmqPublisher(
+        f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{base + 1}", bind=True
+    ) as pub:
+        batches = [
+            EventBatch(1.0, [_stored([0xA, 0xB], [1, 2, 3, 4])], 0),
+            EventBatch(2.0, [_stored([0xC], [5, 6], parent=0xB)], 0),
+            EventBatch(3.0, [BlockRemoved(np.array([0xC], np.uint64), medium="GPU")], 0),
+        ]
+        # Published before the listener starts: it joins late and replays them.
+        for batch in batches:
+            pub.publish(vllm.encode_batch(batch, version="0.33"))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "radixmeta.cli",
+                "listen",
+                "--worker",
+                f"w0=tcp://127.0.0.1:{base},replay=tcp://127.0.0.1:{base + 1}",
+                "--codec",
+                "vllm",
+                "--block-size",
+                "2",
+                "--exit-after-idle",
+                "2",
+                "--json-out",
+                str(out),
+                "--metrics-port",
+                str(base + 2),
+                "--no-table",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            metrics = ""
+            while time.monotonic() < deadline and "radixmeta_worker_applied" not in metrics:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{base + 2}/metrics") as r:
+                        metrics = r.read().decode()
+                except OSError:
+                    time.sleep(0.1)
+            pub.wait_subscribers(1, timeout=10)
+            pub.publish(
+                vllm.encode_batch(
+                    EventBatch(4.0, [_stored([0xD], [7, 8], parent=0xB)], 0), version="0.33"
+                )
+            )
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+    assert proc.returncode == 0, err
+    assert 'radixmeta_worker_applied{dp_rank="0",worker="w0"}' in metrics
+    state = json.loads(out.read_text())
+    (w0,) = state["workers"]
+    assert (w0["worker"], w0["applied"], w0["tokens"]) == ("w0", 4, 6)  # [1 2 3 4] and [7 8]
+    assert w0["replays"] >= 1  # the three batches before it joined
+
+
+def test_listen_refuses_a_bad_worker_spec() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "radixmeta.cli",
+            "listen",
+            "--worker",
+            "nameless",
+            "--codec",
+            "vllm",
+            "--block-size",
+            "16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "a worker is NAME=ENDPOINT[,replay=ENDPOINT], got 'nameless'" in proc.stderr

@@ -1,0 +1,122 @@
+"""Engine batches to records: page identity, tiers, and what is left out (counted)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from radixmeta import MetaTree
+from radixmeta.events import Cleared, Removed, Replayer, Stored
+from radixmeta.ingest import BatchConverter, extras_tag, namespace_of
+from radixmeta.wire import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    UnknownEvent,
+    vllm,
+)
+
+
+def stored(
+    hashes: list[int], tokens: list[int], parent: int | None = None, **kw: object
+) -> BlockStored:
+    return BlockStored(
+        np.array(hashes, np.uint64),
+        parent,
+        np.array(tokens, np.uint32),
+        kw.pop("block_size", 2),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_events_become_records_named_by_seq_and_index() -> None:
+    batch = EventBatch(
+        1.0,
+        [
+            stored([1, 2], [1, 2, 3, 4]),
+            UnknownEvent("BlockTransferred", b"\x91\xb0BlockTransferred"),
+            BlockRemoved(np.array([2], np.uint64), medium="GPU"),
+            AllBlocksCleared(),
+        ],
+        0,
+    )
+    conv = BatchConverter(2)
+    out = conv.records(batch, worker="w", dp_rank=1, seq=7)
+    assert [(type(r), r.seq, r.index) for r in out] == [
+        (Stored, 7, 0),
+        (Removed, 7, 2),
+        (Cleared, 7, 3),
+    ]
+    assert out[0].block_hashes.tolist() == [1, 2] and out[0].token_ids.tolist() == [1, 2, 3, 4]
+    assert conv.counts.unknown == 1 and conv.counts.records == 3
+
+
+@pytest.mark.parametrize(
+    ("event", "counter"),
+    [
+        (stored([1], [], block_size=0), "tokenless"),  # vLLM's offload placeholder
+        (stored([1], [1, 2], group_idx=1), "other_group"),
+        (stored([1], [1, 2], medium="STORAGE"), "unmapped_medium"),
+        (BlockRemoved(np.array([1], np.uint64), medium="DISK"), "unmapped_medium"),
+        (stored([1], [1, 2, 3, 4], block_size=4), "wrong_block_size"),
+    ],
+)
+def test_what_is_left_out_is_counted(event: object, counter: str) -> None:
+    conv = BatchConverter(2)
+    assert conv.records(EventBatch(0.0, [event], 0), worker="w", dp_rank=0, seq=0) == []
+    assert conv.counts.as_dict()[counter] == 1
+
+
+def test_media_map_to_tiers() -> None:
+    conv = BatchConverter(2, tiers={"GPU": 0, "CPU": 1, "STORAGE": 1})
+    events = [stored([1], [1, 2], medium=m) for m in ("GPU", "CPU", "STORAGE")]
+    out = conv.records(EventBatch(0.0, events, 0), worker="w", dp_rank=0, seq=0)
+    assert [r.tier for r in out] == [0, 1, 1]
+
+
+def test_lora_and_salt_make_the_namespace() -> None:
+    assert namespace_of(stored([1], [1, 2])) is None
+    assert namespace_of(stored([1], [1, 2], lora_name="ad")) == "lora:ad"
+    assert namespace_of(stored([1], [1, 2], lora_id=3)) == "lora:3"
+    assert namespace_of(stored([1], [1, 2], cache_salt="s")) == "salt:s"
+    assert namespace_of(stored([1], [1, 2], lora_name="ad", cache_salt="s")) == "lora:ad|salt:s"
+
+
+def test_extra_keys_become_one_tag_per_page() -> None:
+    assert extras_tag(None) == extras_tag([]) == 0
+    assert extras_tag(["img", 0]) == extras_tag(("img", 0)) != extras_tag(["img", 1])
+    conv = BatchConverter(2)
+    plain = conv.records(
+        EventBatch(0.0, [stored([1, 2], [1, 2, 3, 4], extra_keys=[None, None])], 0),
+        worker="w",
+        dp_rank=0,
+        seq=0,
+    )
+    assert plain[0].extras is None  # no tag at all: the tree pays nothing
+    tagged = conv.records(
+        EventBatch(0.0, [stored([1, 2], [1, 2, 3, 4], extra_keys=[["img", 0], None])], 0),
+        worker="w",
+        dp_rank=0,
+        seq=1,
+    )
+    assert tagged[0].extras.tolist() == [extras_tag(["img", 0]), 0]
+
+
+def test_a_vllm_stream_replays_into_the_tree() -> None:
+    """Bytes of a real layout (0.33 map era) through codec, converter and replayer."""
+    tree = MetaTree(2)
+    w = tree.add_worker("w")
+    replayer = Replayer(tree)
+    conv = BatchConverter(2)
+    batches = [
+        EventBatch(0.0, [stored([0xA, 0xB], [1, 2, 3, 4], medium="GPU")], 0),
+        EventBatch(0.0, [stored([0xC], [5, 6], parent=0xB, medium="GPU")], 0),
+        EventBatch(0.0, [BlockRemoved(np.array([0xC], np.uint64), medium="GPU")], 0),
+    ]
+    for seq, batch in enumerate(batches):
+        decoded = vllm.decode_batch(vllm.encode_batch(batch, version="0.33"))
+        replayer.submit_batch("w", 0, seq, conv.records(decoded, worker="w", dp_rank=0, seq=seq))
+    stats = replayer.replay()
+    assert (stats.applied, stats.malformed) == (3, 0)
+    assert tree.match([1, 2, 3, 4, 5, 6]).length_of(w) == 4
