@@ -75,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default loopback)"
     )
     listen.add_argument("--replay-timeout", type=float, default=1.0, metavar="SECONDS")
+    listen.add_argument(
+        "--probe-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="when the fleet is quiet, ask the replay sockets this often for batches lost at "
+        "the tail of a burst (0: never)",
+    )
     listen.add_argument("--no-table", action="store_true", help="print no live table")
     return parser
 
@@ -184,7 +192,7 @@ def _listen(args: argparse.Namespace) -> int:
 
 def _loop(subscription: Any, args: argparse.Namespace, stop: threading.Event) -> None:
     title = f"radixmeta listen: {len(subscription.sources)} streams, codec {args.codec}"
-    last_message = time.monotonic()
+    last_message = last_probe = time.monotonic()
     live = None
     if not args.no_table:
         from rich.live import Live
@@ -195,8 +203,12 @@ def _loop(subscription: Any, args: argparse.Namespace, stop: threading.Event) ->
         live.start()
     try:
         while not stop.is_set():
+            now = time.monotonic()
             if subscription.poll(timeout=0.1):
-                last_message = time.monotonic()
+                last_message = now
+            elif args.probe_interval > 0 and now - last_probe >= args.probe_interval:
+                subscription.probe()  # a quiet fleet: look for losses at the tail
+                last_probe = now
             subscription.replayer.replay(max_seconds=0.05)
             if live is not None:
                 live.update(_table(subscription.worker_state(), args.block_size, title))
