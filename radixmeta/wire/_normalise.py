@@ -14,8 +14,10 @@ checked with the project's input rules and their messages.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -25,12 +27,19 @@ from radixmeta._keys import TOKEN_LIMIT, as_sequence, element
 from radixmeta.errors import InvalidInputError
 from radixmeta.wire.types import WireHashes
 
+_native_tokens: Callable[[bytes], npt.NDArray[np.uint32] | None] | None
+try:  # the binding's msgpack token reader; the codecs work without it, only slower
+    from radixmeta._core import msgpack_tokens as _native_tokens
+except ImportError:  # no compiled extension
+    _native_tokens = None
+
 __all__ = [
     "Hashes",
     "Invalid",
     "canonical_signed",
     "canonical_unsigned",
     "decoded_tokens",
+    "raw_token_ids",
     "flatten_pairs",
     "hash_array",
     "hash_list",
@@ -98,7 +107,23 @@ def _parent_u64(parent: int | bytes | None) -> int | None:
     return None if parent is None else u64(parent)
 
 
-def decoded_tokens(values: list[int]) -> npt.NDArray[np.uint32]:
+def raw_token_ids(raw: Any, fallback: msgspec.msgpack.Decoder[Any]) -> Any:
+    """Token ids from their undecoded msgpack: a uint32 array when the native reader can
+    take them (a plain array of ints: no Python int per token), else ``fallback``'s list.
+
+    The fast path decodes ``token_ids`` as ``msgspec.Raw`` and comes here; the exact
+    path decodes them as typed lists, which this passes through unchanged.
+    """
+    if not isinstance(raw, msgspec.Raw):
+        return raw
+    if _native_tokens is not None:
+        tokens = _native_tokens(raw)
+        if tokens is not None:
+            return tokens
+    return fallback.decode(raw)
+
+
+def decoded_tokens(values: Any) -> npt.NDArray[np.uint32]:
     """A decoded token list as a uint32 array.
 
     Raises
@@ -109,6 +134,8 @@ def decoded_tokens(values: list[int]) -> npt.NDArray[np.uint32]:
     TypeError
         A value is not an int (an SGLang bigram pair).
     """
+    if isinstance(values, np.ndarray):  # read by the native reader already
+        return values
     try:
         return np.frombuffer(array(_U32, values), _UINT32)
     except OverflowError:

@@ -28,7 +28,12 @@ import msgspec
 
 from radixmeta.wire._codec import Codec
 from radixmeta.wire._encode import Layout, Profile
-from radixmeta.wire._normalise import canonical_signed, decoded_tokens, flatten_pairs
+from radixmeta.wire._normalise import (
+    canonical_signed,
+    decoded_tokens,
+    flatten_pairs,
+    raw_token_ids,
+)
 from radixmeta.wire._schema import (
     OPTIONAL_INT,
     OPTIONAL_STR,
@@ -50,6 +55,8 @@ _PARENT = Kind(("an integer or nil",))
 # (SIGSEGV) decoding a 3-element array into a union of a constrained int and a
 # fixed-length tuple, so pairs are checked by flatten_pairs instead.
 _TOKENS = list[Token | list[Token]]
+# The native reader's fallback: ints, or SGLang's EAGLE bigram pairs.
+_TOKEN_ITEMS = msgspec.msgpack.Decoder(list[int | list[int]])
 _TOKEN_KIND = Kind(
     ("an array of integers or of integer pairs", "an integer or a pair of integers", "an integer"),
     limit="token",
@@ -80,7 +87,7 @@ _STORED = EventSchema(
             _TOKEN_KIND,
             always=True,
             required=True,
-            fast_type=list[int | list[int]],
+            fast_type=msgspec.Raw,  # read by raw_token_ids: no Python int per token
         ),
         Field("block_size", (0, 4, 6), Size, SIZE, always=True, required=True),
         Field("lora_id", (0, 4, 6), int | None, OPTIONAL_INT, always=True),
@@ -123,11 +130,12 @@ _PROFILE = Profile(
 
 def _stored(e: Any) -> BlockStored:
     hashes, parent, wire = canonical_signed(e.block_hashes, e.parent_block_hash)
+    ids = raw_token_ids(e.token_ids, _TOKEN_ITEMS)
     try:
-        tokens = decoded_tokens(e.token_ids)
+        tokens = decoded_tokens(ids)
         pairs = False
     except TypeError:  # a pair among the integers: EAGLE bigram keys
-        tokens = flatten_pairs(e.token_ids, "BlockStored.token_ids")
+        tokens = flatten_pairs(ids, "BlockStored.token_ids")
         pairs = True
     salt = e.cache_salt if e.metadata is None else e.metadata.cache_salt
     return BlockStored(

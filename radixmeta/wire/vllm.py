@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from radixmeta.wire._codec import Codec
 from radixmeta.wire._encode import Layout, Profile
-from radixmeta.wire._normalise import canonical_unsigned, decoded_tokens
+from radixmeta.wire._normalise import canonical_unsigned, decoded_tokens, raw_token_ids
 from radixmeta.wire._schema import (
     OPTIONAL_ARRAY,
     OPTIONAL_INT,
@@ -45,6 +47,9 @@ from radixmeta.wire.types import BlockRemoved, BlockStored, EventBatch
 __all__ = ["SUPPORTED", "decode_batch", "encode_batch", "layout"]
 
 _HASH = int | bytes  # ExternalBlockHash (0.10.2+): a uint64, or the raw digest
+# Token ids the native reader cannot take (no extension, or an odd encoding) are
+# decoded as a checked list; anything but ints sends the batch to the exact path.
+_TOKEN_LIST = msgspec.msgpack.Decoder(list[int])
 _HASHES = Kind(("an array of hashes (integers or bytes)", "a hash (an integer or bytes)"))
 _PARENT = Kind(("a hash (an integer or bytes) or nil",))
 
@@ -67,7 +72,7 @@ _STORED = EventSchema(
             TOKENS,
             always=True,
             required=True,
-            fast_type=list[int],
+            fast_type=msgspec.Raw,  # read by raw_token_ids: no Python int per token
         ),
         Field("block_size", (0, 9, 0), Size, SIZE, always=True, required=True),
         Field("lora_id", (0, 9, 0), int | None, OPTIONAL_INT, always=True),
@@ -122,7 +127,7 @@ def _stored(e: Any) -> BlockStored:
     return BlockStored(
         hashes,
         parent,
-        decoded_tokens(e.token_ids),
+        decoded_tokens(raw_token_ids(e.token_ids, _TOKEN_LIST)),
         e.block_size,
         lora_id=e.lora_id,
         medium=e.medium,
