@@ -33,9 +33,17 @@ import msgspec
 import numpy as np
 
 from radixmeta._records import Cleared, Namespace, Record, Removed, Stored
+from radixmeta.errors import InvalidInputError
 from radixmeta.wire.types import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
-__all__ = ["DEFAULT_TIERS", "BatchConverter", "ConversionCounts", "extras_tag", "namespace_of"]
+__all__ = [
+    "DEFAULT_TIERS",
+    "BatchConverter",
+    "ConversionCounts",
+    "engine_batch",
+    "extras_tag",
+    "namespace_of",
+]
 
 # Media by engine and release (reference note, sections 3.4 and 5.1): the device,
 # and host memory (vLLM's KV offloading "CPU", SGLang HiCache's "CPU_PINNED").
@@ -181,3 +189,41 @@ def _tags(extra_keys: list[Any] | None, blocks: int) -> np.ndarray | None:
     for i, keys in enumerate(extra_keys[:blocks]):
         tags[i] = extras_tag(keys)
     return tags if tags.any() else None
+
+
+def engine_batch(
+    records: list[Record],
+    *,
+    block_size: int,
+    medium: str | None = "GPU",
+    timestamp: float = 0.0,
+    dp_rank: int | None = None,
+) -> EventBatch:
+    """The engine events of block-form records: what a radixmeta-based engine publishes.
+
+    The inverse of :class:`BatchConverter` for a worker whose
+    :class:`~radixmeta.EventLog` has ``form="blocks"``: each ``Stored`` becomes a
+    ``BlockStored``, each ``Removed`` a ``BlockRemoved``, each ``Cleared`` an
+    ``AllBlocksCleared``; encode the batch with :mod:`radixmeta.wire.vllm` or
+    :mod:`radixmeta.wire.sglang` and a vLLM or SGLang consumer reads it. With
+    ``hash="sglang"`` on the log, the hashes are SGLang's own.
+
+    Raises
+    ------
+    InvalidInputError
+        A record in token-path form (it names no blocks).
+    """
+    events: list[Any] = []
+    for r in records:
+        if isinstance(r, Cleared):
+            events.append(AllBlocksCleared())
+        elif r.block_hashes is None:
+            msg = f"record {r.seq}.{r.index} is in token-path form: use EventLog(form='blocks')"
+            raise InvalidInputError(msg)
+        elif isinstance(r, Removed):
+            events.append(BlockRemoved(r.block_hashes, medium=medium))
+        else:
+            events.append(
+                BlockStored(r.block_hashes, r.parent_hash, r.token_ids, block_size, medium=medium)
+            )
+    return EventBatch(timestamp, events, dp_rank)

@@ -247,3 +247,47 @@ def test_an_undecodable_batch_is_dropped_and_counted(fleet: dict[str, Any]) -> N
     # (no snapshot from this publisher): cleared, then only what followed.
     assert w0["gaps"] == 1 and w0["resyncs"] == 1
     sub.tree.check()
+
+
+def test_routers_on_the_same_publishers_converge_to_the_same_tree() -> None:
+    base = free_port_block(4)
+    ranks = [Rank(f"w{i}", 0, base + 2 * i, base + 2 * i + 1) for i in range(2)]
+    workers = [
+        WorkerEndpoint(r.name, f"tcp://127.0.0.1:{r.port}", f"tcp://127.0.0.1:{r.replay_port}")
+        for r in ranks
+    ]
+    routers = [
+        FleetSubscription(workers, codec="native", block_size=PAGE, replay_timeout=1.0)
+        for _ in range(2)
+    ]
+    try:
+        for router in routers:
+            assert router.subscriber.wait_connected(timeout=10)
+        for r in ranks:
+            assert r.pub.wait_subscribers(2, timeout=10)
+        for round_ in range(10):
+            for r in ranks:
+                r.traffic()
+                r.publish("drop" if round_ % 4 == 1 else "send")
+            routers[round_ % 2].poll(timeout=0.05)  # the two read at different moments
+        for router in routers:
+            catch_up(router)
+
+        def pages(router: FleetSubscription, name: str) -> set[tuple[int, ...]]:
+            """The worker's pages, each named by its full path: the tree's meaning, which
+            (unlike its node boundaries) does not depend on the order records arrived in."""
+            out = set()
+            for key, start in router.tree.dump(router.tree.worker(name)):
+                path = tuple(key.tolist())
+                out.update(path[:end] for end in range(start + PAGE, len(path) + 1, PAGE))
+            return out
+
+        for r in ranks:
+            assert pages(routers[0], r.name) == pages(routers[1], r.name)
+        for r in ranks:
+            assert all(mirrors(router, r) for router in routers)
+    finally:
+        for router in routers:
+            router.close()
+        for r in ranks:
+            r.pub.close()

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from radixmeta import MetaTree
+from radixmeta import EventLog, MetaTree, RadixCache
+from radixmeta.errors import InvalidInputError
 from radixmeta.events import Cleared, Removed, Replayer, Stored
-from radixmeta.ingest import BatchConverter, extras_tag, namespace_of
+from radixmeta.ingest import BatchConverter, engine_batch, extras_tag, namespace_of
 from radixmeta.wire import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     EventBatch,
     UnknownEvent,
+    sglang,
     vllm,
 )
 
@@ -120,3 +122,37 @@ def test_a_vllm_stream_replays_into_the_tree() -> None:
     stats = replayer.replay()
     assert (stats.applied, stats.malformed) == (3, 0)
     assert tree.match([1, 2, 3, 4, 5, 6]).length_of(w) == 4
+
+
+@pytest.mark.parametrize(("codec", "version"), [(vllm, "0.33"), (vllm, "0.22"), (sglang, "0.5.23")])
+def test_a_radixmeta_engine_publishes_what_engines_consumers_read(
+    codec: object, version: str
+) -> None:
+    """A RadixCache's block log, as vLLM or SGLang bytes, replays into a mirror of the cache."""
+    log = EventLog(form="blocks", hash="sglang", worker="w")
+    cache = RadixCache(4, capacity=40, event_log=log)
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        cache.insert(rng.integers(0, 3, int(rng.integers(4, 24))))
+    tree = MetaTree(4)
+    w = tree.add_worker("w")
+    replayer = Replayer(tree)
+    conv = BatchConverter(4)
+    for seq, record in enumerate(log.read()):  # one batch per record, as a step would send
+        data = codec.encode_batch(engine_batch([record], block_size=4), version=version)  # type: ignore[attr-defined]
+        batch = codec.decode_batch(data)  # type: ignore[attr-defined]
+        replayer.submit_batch("w", 0, seq, conv.records(batch, worker="w", dp_rank=0, seq=seq))
+    stats = replayer.replay()
+    assert stats.malformed == 0
+    assert tree.held_tokens(w) == cache.total_size
+    for key, _ in cache.items():
+        assert tree.match(key).length_of(w) == len(key)
+    # The hashes are SGLang's: a router outside radixmeta recomputes them from tokens.
+    first = next(r for r in log.read() if isinstance(r, Stored) and r.parent_hash is None)
+    tokens = first.token_ids
+    assert first.block_hashes.tolist() == sglang.block_hashes(tokens, 4).tolist()
+
+
+def test_engine_batch_needs_block_records() -> None:
+    with pytest.raises(InvalidInputError, match="token-path form"):
+        engine_batch([Stored("w", 0, 3, key=np.zeros(4, np.uint32))], block_size=4)
