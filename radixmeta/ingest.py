@@ -217,12 +217,13 @@ def engine_batch(
     for r in records:
         if isinstance(r, Cleared):
             events.append(AllBlocksCleared())
-        elif r.block_hashes is None:
+        elif r.block_hashes is None or (isinstance(r, Stored) and r.token_ids is None):
             msg = f"record {r.seq}.{r.index} is in token-path form: use EventLog(form='blocks')"
             raise InvalidInputError(msg)
         elif isinstance(r, Removed):
             events.append(BlockRemoved(r.block_hashes, medium=medium))
         else:
+            assert r.token_ids is not None  # checked above
             events.append(
                 BlockStored(r.block_hashes, r.parent_hash, r.token_ids, block_size, medium=medium)
             )
