@@ -62,12 +62,27 @@ def test_extras_and_tiers_travel() -> None:
         (b"\xc1", "batch: not msgpack"),
         (msgspec.msgpack.encode([1, 2]), "batch: not a radixmeta batch"),
         (msgspec.msgpack.encode(["radixmeta", 2, 0.0, "w", 0, []]), "batch[1]: version 2 is not"),
-        (msgspec.msgpack.encode(["radixmeta", 1, "t", "w", 0, []]), "batch[2]: the timestamp"),
-        (msgspec.msgpack.encode(["radixmeta", 1, 0.0, 5, 0, []]), "batch[3]: the worker"),
-        (msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", -1, []]), "batch[4]: must be an"),
-        (msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, {}]), "batch[5]: the records"),
+        (
+            msgspec.msgpack.encode(["radixmeta", 1, "t", "w", 0, []]),
+            "batch[2]: Expected `float`, got `str`",
+        ),
+        (
+            msgspec.msgpack.encode(["radixmeta", 1, 0.0, 5, 0, []]),
+            "batch[3]: Expected `str`, got `int`",
+        ),
+        (
+            msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", -1, []]),
+            "batch[4]: Expected `int` >= 0",
+        ),
+        (
+            msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, {}]),
+            "batch[5]: Expected `array`, got `object`",
+        ),
         (msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[9]]]), "batch[5][0][0]"),
-        (msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[0, 0]]]), "has 5 elements"),
+        (
+            msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[0, 0]]]),
+            "batch[5][0]: Expected `array` of at least length 5, got 2",
+        ),
         (
             msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[0, 0, None, b"abc", 0]]]),
             "must be bin of whole <u4 values",
@@ -78,7 +93,7 @@ def test_extras_and_tiers_travel() -> None:
         ),
         (
             msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[0, 2, None, b"", 0]]]),
-            "batch[5][0][1]: must be an integer in [0, 1]",
+            "batch[5][0][1]: Expected `int` <= 1",
         ),
         (
             msgspec.msgpack.encode(["radixmeta", 1, 0.0, "w", 0, [[0, 0, None, b"\0" * 4, 2]]]),

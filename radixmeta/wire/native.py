@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -101,59 +101,121 @@ def _bad(where: str, what: str) -> DecodeError:
     return DecodeError(msg)
 
 
-def _array(data: Any, dtype: str, where: str) -> np.ndarray:
-    width = np.dtype(dtype).itemsize
-    if not isinstance(data, bytes) or len(data) % width:
-        raise _bad(where, f"must be bin of whole {dtype} values, got {type(data).__name__}")
-    out = np.frombuffer(data, dtype=dtype).astype(dtype[1:], copy=False)
-    out.flags.writeable = False
-    return out
+# The decoder's structs: msgspec checks the shape and the ranges in C, so a record
+# costs two zero-copy array views and a Struct. A namespace is one of four msgpack
+# types, which msgspec cannot type as one union: it is taken raw and read when set.
+_Tier = Annotated[int, msgspec.Meta(ge=0, le=1)]
+_U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack itself ends at 2**64 - 1
+_Start = Annotated[int, msgspec.Meta(ge=0)]
+_NIL = b"\xc0"
 
 
-def _int(value: Any, where: str, low: int = 0, high: int = 2**64 - 1) -> int:
-    if type(value) is not int or not low <= value <= high:
-        raise _bad(where, f"must be an integer in [{low}, {high}], got {value!r}")
-    return value
+class _StoredPath(msgspec.Struct, array_like=True, tag=_STORED_PATH, gc=False):
+    tier: _Tier
+    namespace: msgspec.Raw
+    key: bytes
+    start: _Start
 
 
-def _decode_record(item: Any, worker: str, rank: int, seq: int, index: int) -> Record:
-    where = f"batch[5][{index}]"
-    if not isinstance(item, list) or not item:
-        raise _bad(where, f"a record must be a non-empty array, got {type(item).__name__}")
-    kind = _int(item[0], f"{where}[0]", 0, 4)
-    sizes = {_STORED_PATH: 5, _STORED_BLOCKS: 7, _REMOVED_PATH: 5, _REMOVED_BLOCKS: 4, _CLEARED: 1}
-    if len(item) < sizes[kind]:
-        raise _bad(where, f"a record of kind {kind} has {sizes[kind]} elements, got {len(item)}")
-    if kind == _CLEARED:
-        return Cleared(worker, rank, seq, index)
-    tier = _int(item[1], f"{where}[1]", 0, 1)
+class _StoredBlocks(msgspec.Struct, array_like=True, tag=_STORED_BLOCKS, gc=False):
+    tier: _Tier
+    namespace: msgspec.Raw
+    hashes: bytes
+    parent: _U64 | None
+    tokens: bytes
+    extras: bytes | None
+
+
+class _RemovedPath(msgspec.Struct, array_like=True, tag=_REMOVED_PATH, gc=False):
+    tier: _Tier
+    namespace: msgspec.Raw
+    key: bytes
+    start: _Start
+
+
+class _RemovedBlocks(msgspec.Struct, array_like=True, tag=_REMOVED_BLOCKS, gc=False):
+    tier: _Tier
+    namespace: msgspec.Raw
+    hashes: bytes
+
+
+class _Cleared(msgspec.Struct, array_like=True, tag=_CLEARED, gc=False):
+    pass
+
+
+class _Batch(msgspec.Struct, array_like=True, gc=False):
+    magic: str
+    version: int
+    timestamp: float
+    worker: str
+    dp_rank: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+    records: list[_StoredPath | _StoredBlocks | _RemovedPath | _RemovedBlocks | _Cleared]
+
+
+class _Header(msgspec.Struct, array_like=True, gc=False):
+    magic: str
+    version: int
+
+
+_batch_decoder = msgspec.msgpack.Decoder(_Batch)
+_header_decoder = msgspec.msgpack.Decoder(_Header)
+_U4, _U8 = np.dtype("<u4"), np.dtype("<u8")
+
+
+def _view(data: bytes, dtype: np.dtype[Any], where: str) -> np.ndarray:
+    if len(data) % dtype.itemsize:
+        what = f"must be bin of whole {dtype.str} values, got {len(data)} bytes"
+        raise _bad(where, what)
+    out = np.frombuffer(data, dtype=dtype)  # read-only: it views the message's bytes
+    return out if dtype.isnative else out.astype(dtype.newbyteorder("="))
+
+
+def _ns(raw: msgspec.Raw, where: str) -> Any:
+    if bytes(raw) == _NIL:
+        return None
+    value = _decoder.decode(raw)
     try:
-        ns = _namespace(item[2], f"{where}[2]")
+        return _namespace(value, where)
     except InputTypeError as exc:
         raise DecodeError(str(exc)) from None
-    if kind in (_STORED_PATH, _REMOVED_PATH):
-        key = _array(item[3], "<u4", f"{where}[3]")
-        start = _int(item[4], f"{where}[4]", 0, len(key))
-        cls = Stored if kind == _STORED_PATH else Removed
-        return cls(worker, rank, seq, index, tier=tier, namespace=ns, key=key, start=start)
-    hashes = _array(item[3], "<u8", f"{where}[3]")
-    if kind == _REMOVED_BLOCKS:
-        return Removed(worker, rank, seq, index, tier=tier, namespace=ns, block_hashes=hashes)
-    parent = None if item[4] is None else _int(item[4], f"{where}[4]")
-    tokens = _array(item[5], "<u4", f"{where}[5]")
-    extras = None if item[6] is None else _array(item[6], "<u8", f"{where}[6]")
-    return Stored(
-        worker,
-        rank,
-        seq,
-        index,
-        tier=tier,
-        namespace=ns,
-        block_hashes=hashes,
-        parent_hash=parent,
-        token_ids=tokens,
-        extras=extras,
-    )
+
+
+def _record(item: Any, worker: str, rank: int, seq: int, index: int) -> Record:
+    where = f"batch[5][{index}]"
+    if type(item) is _Cleared:
+        return Cleared(worker, rank, seq, index)
+    ns = _ns(item.namespace, f"{where}[2]")
+    if type(item) is _StoredBlocks:
+        return Stored(
+            worker,
+            rank,
+            seq,
+            index,
+            tier=item.tier,
+            namespace=ns,
+            block_hashes=_view(item.hashes, _U8, f"{where}[3]"),
+            parent_hash=item.parent,
+            token_ids=_view(item.tokens, _U4, f"{where}[5]"),
+            extras=None if item.extras is None else _view(item.extras, _U8, f"{where}[6]"),
+        )
+    if type(item) is _RemovedBlocks:
+        hashes = _view(item.hashes, _U8, f"{where}[3]")
+        return Removed(worker, rank, seq, index, tier=item.tier, namespace=ns, block_hashes=hashes)
+    key = _view(item.key, _U4, f"{where}[3]")
+    if item.start > len(key):
+        what = f"start {item.start} is beyond the key's {len(key)} tokens"
+        raise _bad(where + "[4]", what)
+    cls = Stored if type(item) is _StoredPath else Removed
+    return cls(worker, rank, seq, index, tier=item.tier, namespace=ns, key=key, start=item.start)
+
+
+def _path(exc: msgspec.ValidationError) -> str:
+    """msgspec's ``... - at `$[5][0][1]``` as ``batch[5][0][1]: ...``."""
+    text = str(exc)
+    message, _, at = text.rpartition(" - at `$")
+    if not message:
+        return f"{_BATCH}: {text}"
+    return f"{_BATCH}{at.rstrip('`')}: {message}"
 
 
 def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
@@ -165,22 +227,27 @@ def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
         ``data`` is not a version-1 radixmeta batch; nothing of it is returned.
     """
     try:
-        top = _decoder.decode(data)
+        batch = _batch_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        _check_header(data)  # a foreign message or version is the error to report
+        raise DecodeError(_path(exc)) from None
     except msgspec.DecodeError as exc:
         raise _bad(_BATCH, f"not msgpack ({exc})") from None
+    if batch.magic != MAGIC or batch.version != VERSION:
+        _check_header(data)
+    worker, rank = batch.worker, batch.dp_rank
+    records = [_record(item, worker, rank, seq, i) for i, item in enumerate(batch.records)]
+    return NativeBatch(batch.timestamp, worker, rank, records)
+
+
+def _check_header(data: bytes) -> None:
     header = f"expected [{MAGIC!r}, {VERSION}, timestamp, worker, dp_rank, records]"
-    if not isinstance(top, list) or len(top) < 6 or top[0] != MAGIC:
+    try:
+        top = _header_decoder.decode(data)
+    except msgspec.DecodeError:
+        raise _bad(_BATCH, f"not a radixmeta batch ({header})") from None
+    if top.magic != MAGIC:
         raise _bad(_BATCH, f"not a radixmeta batch ({header})")
-    where = [f"{_BATCH}[{i}]" for i in range(6)]
-    if top[1] != VERSION:
-        raise _bad(where[1], f"version {top[1]!r} is not supported ({header})")
-    timestamp, worker, rank, body = top[2], top[3], top[4], top[5]
-    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
-        raise _bad(where[2], f"the timestamp must be a number, got {type(timestamp).__name__}")
-    if not isinstance(worker, str):
-        raise _bad(where[3], f"the worker must be a str, got {type(worker).__name__}")
-    rank = _int(rank, where[4], 0, 2**31 - 1)
-    if not isinstance(body, list):
-        raise _bad(where[5], f"the records must be an array, got {type(body).__name__}")
-    records = [_decode_record(item, worker, rank, seq, i) for i, item in enumerate(body)]
-    return NativeBatch(float(timestamp), worker, rank, records)
+    if top.version != VERSION:
+        what = f"version {top.version!r} is not supported ({header})"
+        raise _bad(_BATCH + "[1]", what)
