@@ -14,6 +14,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from radixmeta.errors import InputTypeError, InvalidInputError, TransportClosedError
+from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._endpoints import subscriber_binds
 from radixmeta.transport._frames import (
     check_seq,
@@ -327,7 +328,7 @@ class _SubscriberBase:
         self._wakeup.close()
 
 
-class ZmqSubscriber(_SubscriberBase):
+class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
     """Receives a fleet's KV-event batches: one SUB socket per endpoint, a replay client.
 
     A worker with dp size N publishes on N endpoints (:func:`dp_endpoints`); give them all,
@@ -501,17 +502,6 @@ class ZmqSubscriber(_SubscriberBase):
             return
         with self._recv_lock, self._replay_lock:
             self._close_sockets()
-
-    def __enter__(self) -> ZmqSubscriber:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
