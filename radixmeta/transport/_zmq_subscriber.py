@@ -163,6 +163,14 @@ class _SubscriberBase:
         for sock in (*self._subs, *self._monitors):
             self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._wakeup.reader, zmq.POLLIN)
+        self._open_waiting()
+
+    def _open_waiting(self) -> None:
+        """Set up what the subclass waits with, once the sockets are open (here: nothing).
+
+        The one constructor step the subclasses differ in, so they share the constructor
+        (and its signature) instead of repeating it.
+        """
 
     @staticmethod
     def _check_replay_endpoints(
@@ -518,26 +526,7 @@ class AsyncZmqSubscriber(_SubscriberBase):
     sockets are closed as it leaves.
     """
 
-    def __init__(
-        self,
-        endpoints: str | Sequence[str],
-        *,
-        topic: bytes = b"",
-        replay_endpoints: str | Sequence[str | None] | None = None,
-        hwm: int = 100_000,
-        bind: bool | None = None,
-        context: zmq.Context[Any] | None = None,
-        sockopts: SocketOptions | None = None,
-    ) -> None:
-        super().__init__(
-            endpoints,
-            topic=topic,
-            replay_endpoints=replay_endpoints,
-            hwm=hwm,
-            bind=bind,
-            context=context,
-            sockopts=sockopts,
-        )
+    def _open_waiting(self) -> None:
         # Calls awaiting a poll. close() leaves the sockets to the last of them: closing
         # a socket under a pending asyncio poll would leave a reader on a dead descriptor.
         self._in_flight = 0
