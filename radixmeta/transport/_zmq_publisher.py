@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import TracebackType
 from typing import Any
 
 import zmq
 
 from radixmeta.errors import InvalidInputError, TransportClosedError
 from radixmeta.transport._buffer import ReplayBuffer
+from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._endpoints import publisher_binds
 from radixmeta.transport._frames import (
     check_payload,
@@ -50,7 +50,7 @@ _JOIN_TIMEOUT = 5.0
 _SUBSCRIBE_POLL = 0.05
 
 
-class ZmqPublisher:
+class ZmqPublisher(ClosesOnExit):
     """Publishes numbered batches the way a vLLM worker does, with an optional replay socket.
 
     Live messages go out as ``[topic, seq (8 bytes big-endian), payload]``, seq from 0 and
@@ -341,17 +341,6 @@ class ZmqPublisher:
         if self._owns_ctx and not thread_alive:  # term() would wait for the thread's socket
             self._ctx.term()
         self._wakeup.close()
-
-    def __enter__(self) -> ZmqPublisher:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"next_seq={self.next_seq}"

@@ -14,6 +14,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from radixmeta.errors import InputTypeError, InvalidInputError, TransportClosedError
+from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._endpoints import subscriber_binds
 from radixmeta.transport._frames import (
     check_seq,
@@ -162,6 +163,14 @@ class _SubscriberBase:
         for sock in (*self._subs, *self._monitors):
             self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._wakeup.reader, zmq.POLLIN)
+        self._open_waiting()
+
+    def _open_waiting(self) -> None:
+        """Set up what the subclass waits with, once the sockets are open (here: nothing).
+
+        The one constructor step the subclasses differ in, so they share the constructor
+        (and its signature) instead of repeating it.
+        """
 
     @staticmethod
     def _check_replay_endpoints(
@@ -327,7 +336,7 @@ class _SubscriberBase:
         self._wakeup.close()
 
 
-class ZmqSubscriber(_SubscriberBase):
+class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
     """Receives a fleet's KV-event batches: one SUB socket per endpoint, a replay client.
 
     A worker with dp size N publishes on N endpoints (:func:`dp_endpoints`); give them all,
@@ -502,17 +511,6 @@ class ZmqSubscriber(_SubscriberBase):
         with self._recv_lock, self._replay_lock:
             self._close_sockets()
 
-    def __enter__(self) -> ZmqSubscriber:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"ZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
 
@@ -528,26 +526,7 @@ class AsyncZmqSubscriber(_SubscriberBase):
     sockets are closed as it leaves.
     """
 
-    def __init__(
-        self,
-        endpoints: str | Sequence[str],
-        *,
-        topic: bytes = b"",
-        replay_endpoints: str | Sequence[str | None] | None = None,
-        hwm: int = 100_000,
-        bind: bool | None = None,
-        context: zmq.Context[Any] | None = None,
-        sockopts: SocketOptions | None = None,
-    ) -> None:
-        super().__init__(
-            endpoints,
-            topic=topic,
-            replay_endpoints=replay_endpoints,
-            hwm=hwm,
-            bind=bind,
-            context=context,
-            sockopts=sockopts,
-        )
+    def _open_waiting(self) -> None:
         # Calls awaiting a poll. close() leaves the sockets to the last of them: closing
         # a socket under a pending asyncio poll would leave a reader on a dead descriptor.
         self._in_flight = 0

@@ -31,10 +31,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 from radixmeta.errors import InvalidInputError, TransportClosedError
 from radixmeta.transport._buffer import ReplayBuffer
+from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._frames import check_payload, check_seq, check_timeout, check_topic
 from radixmeta.transport.base import (
     Batch,
@@ -47,7 +47,7 @@ from radixmeta.transport.base import (
 __all__ = ["QueuePublisher", "QueueSubscriber"]
 
 
-class QueuePublisher:
+class QueuePublisher(ClosesOnExit):
     """A bounded, thread-safe, in-process publisher of numbered batches.
 
     Parameters
@@ -155,17 +155,6 @@ class QueuePublisher:
         for wake in listeners:
             wake.set()
 
-    def __enter__(self) -> QueuePublisher:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # -- used by QueueSubscriber -----------------------------------------------------------
     def _attach(self, wake: threading.Event) -> tuple[ReplayBuffer, int]:
         """Register a reader's wake-up event; return ``(buffer, next_seq)`` at this moment."""
@@ -196,7 +185,7 @@ class QueuePublisher:
         return buffer, cursor, items[0] if items else None
 
 
-class QueueSubscriber:
+class QueueSubscriber(ClosesOnExit):
     """Reads one or several :class:`QueuePublisher` in order, with replay.
 
     Each publisher's batches come in seq order; across publishers ``recv`` takes them in
@@ -315,17 +304,6 @@ class QueueSubscriber:
             if active:
                 pub._detach(self._wake)
         self._wake.set()
-
-    def __enter__(self) -> QueueSubscriber:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _take(self) -> Message | None:
         """Return the next batch of the first publisher in turn that has one (lock held)."""
