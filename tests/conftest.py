@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -92,6 +94,16 @@ if NATIVE_META is not None:
 def meta_impl(request: pytest.FixtureRequest) -> type:
     """A ``MetaCore`` class: the pure-Python reference, then the native core."""
     return META_CORES[request.param]
+
+
+# -- threads ---------------------------------------------------------------------------------
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads as often as possible, to interleave calls finely."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
 
 
 # -- seeded randomness ---------------------------------------------------------------------

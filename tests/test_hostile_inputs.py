@@ -38,7 +38,6 @@ import gc
 import itertools
 import operator
 import pickle
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -1038,15 +1037,6 @@ def test_stale_handle_from_a_match_interrupted_by_reset(impl: type) -> None:
 
 
 # -- threads reading while another mutates ------------------------------------------------------
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    """Switch threads as often as possible, to interleave calls finely."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
-
-
 Step = Callable[[Any, Any], Any]  # one mutating call on (tree, ctx)
 
 

@@ -10,9 +10,7 @@ fresh tree, and the shared tree must pass its invariant check.
 from __future__ import annotations
 
 import random
-import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,15 +18,6 @@ import pytest
 THREADS = 4
 OPS_PER_THREAD = 1500
 PAGE = 2
-
-
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    """Switch threads as often as possible, to interleave calls finely."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def _script(seed: int) -> list[tuple[Any, ...]]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import functools
 import random
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,15 +19,6 @@ from radixmeta.errors import CacheFullError, StaleNodeError
 
 THREADS = 4
 OPS_PER_THREAD = 3000
-
-
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    """Switch threads as often as possible, to interleave calls finely."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 class Worker(threading.Thread):

@@ -110,11 +110,15 @@ _Start = Annotated[int, msgspec.Meta(ge=0)]
 _NIL = b"\xc0"
 
 
-class _StoredPath(msgspec.Struct, array_like=True, tag=_STORED_PATH, gc=False):
+class _PathForm(msgspec.Struct, array_like=True, gc=False):
     tier: _Tier
     namespace: msgspec.Raw
     key: bytes
     start: _Start
+
+
+class _StoredPath(_PathForm, tag=_STORED_PATH):
+    pass
 
 
 class _StoredBlocks(msgspec.Struct, array_like=True, tag=_STORED_BLOCKS, gc=False):
@@ -126,11 +130,8 @@ class _StoredBlocks(msgspec.Struct, array_like=True, tag=_STORED_BLOCKS, gc=Fals
     extras: bytes | None
 
 
-class _RemovedPath(msgspec.Struct, array_like=True, tag=_REMOVED_PATH, gc=False):
-    tier: _Tier
-    namespace: msgspec.Raw
-    key: bytes
-    start: _Start
+class _RemovedPath(_PathForm, tag=_REMOVED_PATH):
+    pass
 
 
 class _RemovedBlocks(msgspec.Struct, array_like=True, tag=_REMOVED_BLOCKS, gc=False):
