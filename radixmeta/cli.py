@@ -9,6 +9,7 @@ to Prometheus. ``python -m radixmeta`` stays the demonstration.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -17,7 +18,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from prometheus_client import start_http_server
+from prometheus_client.core import REGISTRY, GaugeMetricFamily
+from rich.live import Live
+from rich.table import Table
+
 from radixmeta.errors import RadixMetaError
+from radixmeta.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["main"]
 
@@ -102,9 +109,7 @@ def _rows(state: list[dict[str, Any]], block_size: int) -> Iterator[list[str]]:
         yield [str(w[key]) if key != "stale" else ("yes" if w[key] else "") for _, key in _COLUMNS]
 
 
-def _table(state: list[dict[str, Any]], block_size: int, title: str) -> Any:
-    from rich.table import Table
-
+def _table(state: list[dict[str, Any]], block_size: int, title: str) -> Table:
     table = Table(title=title)
     for header, _ in _COLUMNS:
         table.add_column(header, justify="left" if header == "worker" else "right")
@@ -113,9 +118,8 @@ def _table(state: list[dict[str, Any]], block_size: int, title: str) -> Any:
     return table
 
 
-def _serve_metrics(subscription: Any, host: str, port: int) -> Any:
-    from prometheus_client import start_http_server
-    from prometheus_client.core import REGISTRY, GaugeMetricFamily
+def _serve_metrics(subscription: FleetSubscription, host: str, port: int) -> Any:
+    """Serve the per-worker figures as Prometheus gauges, read fresh at every scrape."""
 
     class _Collector:
         def collect(self) -> Iterator[Any]:
@@ -146,8 +150,6 @@ def _serve_metrics(subscription: Any, host: str, port: int) -> Any:
 
 
 def _listen(args: argparse.Namespace) -> int:
-    from radixmeta.subscription import FleetSubscription, WorkerEndpoint
-
     workers = [WorkerEndpoint.parse(spec, args.dp_size) for spec in args.worker]
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -172,9 +174,7 @@ def _listen(args: argparse.Namespace) -> int:
                             "block_size": args.block_size,
                             "decode_errors": subscription.decode_errors,
                             "workers": state,
-                            "transport": vars(subscription.subscriber.stats)
-                            if hasattr(subscription.subscriber.stats, "__dict__")
-                            else str(subscription.subscriber.stats),
+                            "transport": dataclasses.asdict(subscription.subscriber.stats),
                         },
                         f,
                         indent=2,
@@ -183,20 +183,16 @@ def _listen(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         if metrics is not None:
-            from prometheus_client.core import REGISTRY
-
             REGISTRY.unregister(metrics[0])
             metrics[1].shutdown()
     return 0
 
 
-def _loop(subscription: Any, args: argparse.Namespace, stop: threading.Event) -> None:
+def _loop(subscription: FleetSubscription, args: argparse.Namespace, stop: threading.Event) -> None:
     title = f"radixmeta listen: {len(subscription.sources)} streams, codec {args.codec}"
     last_message = last_probe = time.monotonic()
     live = None
     if not args.no_table:
-        from rich.live import Live
-
         live = Live(
             _table(subscription.worker_state(), args.block_size, title), refresh_per_second=4
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,34 @@ def test_listen_refuses_a_bad_worker_spec() -> None:
     )
     assert proc.returncode == 2
     assert "a worker is NAME=ENDPOINT[,replay=ENDPOINT], got 'nameless'" in proc.stderr
+
+
+def test_listen_shows_its_table_and_stops_when_idle() -> None:
+    base = free_port_block(2)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "radixmeta.cli",
+            "listen",
+            "--worker",
+            f"quiet=tcp://127.0.0.1:{base},replay=tcp://127.0.0.1:{base + 1}",
+            "--codec",
+            "sglang",
+            "--block-size",
+            "16",
+            "--exit-after-idle",
+            "0.5",
+            "--probe-interval",
+            "0.2",
+            "--replay-timeout",
+            "0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "COLUMNS": "160"},  # rich sizes the table to the terminal
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "radixmeta listen: 1 streams, codec sglang" in proc.stdout
+    assert "quiet" in proc.stdout and "applied" in proc.stdout
