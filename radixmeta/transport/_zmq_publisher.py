@@ -312,8 +312,10 @@ class ZmqPublisher(ClosesOnExit):
                     replay_reply(client, Batch(self.topic, seq, payload), self.reply_format)
                 )
                 self.stats.replayed_messages += 1
-            router.send_multipart(end_marker(client, self.reply_format))
+            # Counted before the end marker goes out: a client that has read the
+            # marker must find the replay counted.
             self.stats.replays_served += 1
+            router.send_multipart(end_marker(client, self.reply_format))
 
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
