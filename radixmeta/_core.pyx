@@ -342,6 +342,57 @@ cdef class EvictResult:
         return f"EvictResult(count={self.count})"
 
 
+# -- namespaces --------------------------------------------------------------------
+
+cdef class _NamespaceIds:
+    """Namespace objects <-> the dense ids a core knows them by (0 is None, the default).
+
+    An id is recycled once its core frees the namespace's root, so the table
+    stays as small as the set of namespaces holding pages. Both trees' bindings
+    keep one; each asks its own core whether a namespace still has a root.
+    """
+
+    cdef dict ids  # namespace -> id, in order of creation
+    cdef dict names  # id -> namespace
+    cdef list free
+
+    def __cinit__(self):
+        self.forget()
+
+    cdef void forget(self):
+        self.ids = {None: 0}
+        self.names = {0: None}
+        self.free = []
+
+    cdef inline uint32_t lookup(self, object namespace, bint create) except? 0xFFFFFFFF:
+        """The id of namespace; a new one if create, else _NO_NAMESPACE for an unknown one."""
+        if namespace is None:
+            return 0
+        ns = self.ids.get(namespace)
+        if ns is not None:
+            return ns
+        if not create:
+            return _NO_NAMESPACE
+        ns = self.free.pop() if self.free else len(self.ids)
+        self.ids[namespace] = ns
+        self.names[ns] = namespace
+        return ns
+
+    cdef int release(self, uint32_t ns) except -1:
+        """Forget id ns: its core holds no root for it (any more, or yet)."""
+        if ns != 0 and ns in self.names:
+            del self.ids[self.names.pop(ns)]
+            self.free.append(ns)
+        return 0
+
+    cdef int renew(self, uint32_t ns) except -1:
+        """Move ns to the end of the creation order: it was emptied, then created anew."""
+        name = self.names[ns]
+        del self.ids[name]
+        self.ids[name] = ns
+        return 0
+
+
 # -- the cache ---------------------------------------------------------------------
 
 cdef class CacheCore:
@@ -352,11 +403,7 @@ cdef class CacheCore:
     cdef str _eviction
     cdef object _capacity
     cdef object _on_evict
-    # Namespace object -> dense id (0 is None), and back. An id is recycled once
-    # the core frees its namespace's root, so both stay as small as the live set.
-    cdef dict _ns_ids
-    cdef dict _ns_names
-    cdef list _free_ns_ids
+    cdef _NamespaceIds _namespaces
     # Slots the last insert freed for capacity, only for the deprecated
     # take_evicted() when there is no on_evict: never more than one call's worth.
     cdef object _last_evicted
@@ -381,7 +428,7 @@ cdef class CacheCore:
         self._eviction = eviction
         self._capacity = capacity
         self._on_evict = on_evict
-        self._forget_namespaces()
+        self._namespaces = _NamespaceIds()
         self._last_evicted = None
 
     def __reduce__(self):
@@ -437,39 +484,21 @@ cdef class CacheCore:
 
     # -- helpers ---------------------------------------------------------------------
     cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
-        if namespace is None:
-            return 0
-        ns = self._ns_ids.get(namespace)
-        if ns is not None:
-            return ns
-        if not create:
-            return _NO_NAMESPACE
-        ns = self._free_ns_ids.pop() if self._free_ns_ids else len(self._ns_ids)
-        self._ns_ids[namespace] = ns
-        self._ns_names[ns] = namespace
-        return ns
-
-    cdef void _forget_namespaces(self):
-        self._ns_ids = {None: 0}
-        self._ns_names = {0: None}
-        self._free_ns_ids = []
+        return self._namespaces.lookup(namespace, create)
 
     cdef int _release_namespace(self, uint32_t ns) except -1:
         """Forget namespace id ns if the core holds no root for it (it may have one again)."""
-        if ns != 0 and self._tree.get().root_of(ns) == kNoNode and ns in self._ns_names:
-            del self._ns_ids[self._ns_names.pop(ns)]
-            self._free_ns_ids.append(ns)
+        if ns != 0 and self._tree.get().root_of(ns) == kNoNode:
+            self._namespaces.release(ns)
         return 0
 
     cdef int _release_dropped_namespaces(self) except -1:
         cdef vector[uint32_t] dropped = self._tree.get().take_dropped_namespaces()
         for ns in dropped:
             if self._tree.get().root_of(ns) == kNoNode:
-                self._release_namespace(ns)
+                self._namespaces.release(ns)
             else:  # emptied, then created anew by the same insert: it is a new namespace
-                name = self._ns_names[ns]
-                del self._ns_ids[name]
-                self._ns_ids[name] = ns
+                self._namespaces.renew(ns)
         return 0
 
     cdef uint32_t _node_index(self, object node) except? 0xFFFFFFFF:
@@ -635,10 +664,10 @@ cdef class CacheCore:
         cdef vector[int64_t]* held = new vector[int64_t]()
         try:
             if self._on_evict is not None:  # namespace by namespace, in namespaces() order
-                for ns in self._ns_ids.values():
+                for ns in self._namespaces.ids.values():
                     self._tree.get().values_in_order(ns, held)
             self._tree.get().reset()
-            self._forget_namespaces()
+            self._namespaces.forget()
             self._last_evicted = None
             slots = _adopt_int64(held)
         except BaseException:
@@ -709,7 +738,7 @@ cdef class CacheCore:
     def namespaces(self):
         """Namespaces that hold a page, in order of creation (None, the default, always listed)."""
         cdef RadixTree* tree = self._tree.get()
-        return [ns for ns, i in self._ns_ids.items() if tree.root_of(i) != kNoNode]
+        return [ns for ns, i in self._namespaces.ids.items() if tree.root_of(i) != kNoNode]
 
     def memory_usage(self):
         """Bytes held by the native tree (nodes, label arena, side tables)."""

@@ -191,6 +191,16 @@ def check_priority(value: Any) -> int:
     return number
 
 
+def check_namespace(value: Any) -> Any:
+    """A namespace: any hashable value (None is the default namespace)."""
+    try:
+        hash(value)
+    except TypeError:
+        msg = f"namespace must be hashable, got {type(value).__name__}"
+        raise InputTypeError(msg) from None
+    return value
+
+
 def check_flag(name: str, value: Any) -> bool:
     """A keyword that must be exactly ``True`` or ``False``."""
     if value is not True and value is not False:

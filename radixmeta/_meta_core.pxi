@@ -5,6 +5,8 @@ from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRe
 
 from radixmeta import _blocks
 from radixmeta._blocks import BlockStatus
+from radixmeta._keys import check_namespace
+from radixmeta._types import DumpRecord, MetaItem
 from radixmeta._workers import WorkerId, WorkerTable, resolve_in
 
 import threading
@@ -73,27 +75,29 @@ cdef struct _NodeRecords:
     vector[uint32_t] paths
     vector[size_t] ends
     vector[uint32_t] starts
+    vector[uint32_t] namespaces
     vector[uint32_t] holders
     vector[size_t] holder_ends
 
 
-cdef list _records_as_items(_NodeRecords* records, tuple table):
+cdef list _records_as_items(_NodeRecords* records, tuple table, dict names):
     out = []
     cdef size_t k, begin = 0, first = 0
     for k in range(records.ends.size()):
         key = _uint32_copy(records.paths, begin, records.ends[k])
         holders = tuple(table[records.holders[i]]
                         for i in range(first, records.holder_ends[k]))
-        out.append((key, holders))
+        out.append(MetaItem(key, holders, names[records.namespaces[k]]))
         begin, first = records.ends[k], records.holder_ends[k]
     return out
 
 
-cdef list _records_as_dump(_NodeRecords* records):
+cdef list _records_as_dump(_NodeRecords* records, dict names):
     out = []
     cdef size_t k, begin = 0
     for k in range(records.ends.size()):
-        out.append((_uint32_copy(records.paths, begin, records.ends[k]), records.starts[k]))
+        key = _uint32_copy(records.paths, begin, records.ends[k])
+        out.append(DumpRecord(key, records.starts[k], names[records.namespaces[k]]))
         begin = records.ends[k]
     return out
 
@@ -152,6 +156,7 @@ cdef class MetaCore:
 
     cdef unique_ptr[MetaTree] _tree
     cdef object _table
+    cdef _NamespaceIds _namespaces
     # Calls that take a worker run Python code between resolving it and
     # changing the tree (argument conversion can), and the GIL may pass to
     # another thread there: this lock keeps such calls whole. match reads the
@@ -165,6 +170,7 @@ cdef class MetaCore:
         cdef uint32_t page = check_page_size(page_size)
         self._tree.reset(new MetaTree(page))
         self._table = WorkerTable()
+        self._namespaces = _NamespaceIds()
         self._lock = threading.RLock()
 
     # -- workers -------------------------------------------------------------------
@@ -194,6 +200,38 @@ cdef class MetaCore:
             return worker.index
         return self._table.resolve(worker)
 
+    # -- namespaces ---------------------------------------------------------------
+    # A call resolves its namespace last among its arguments (a new one gets an
+    # id), and settles the ids once the tree has changed: the ids of namespaces
+    # the core freed, and the one it asked for if the call created no root.
+
+    cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
+        try:
+            return self._namespaces.lookup(namespace, create)
+        except TypeError:
+            check_namespace(namespace)  # the library's error for an unhashable one
+            raise
+
+    cdef int _settle_namespaces(self, uint32_t asked) except -1:
+        cdef MetaTree* tree = self._tree.get()
+        cdef vector[uint32_t] dropped
+        if tree.has_dropped_namespaces():
+            dropped = tree.take_dropped_namespaces()
+            for ns in dropped:
+                if tree.root_of(ns) == kNoNode:
+                    self._namespaces.release(ns)
+        if asked != 0 and tree.root_of(asked) == kNoNode:
+            self._namespaces.release(asked)
+        return 0
+
+    def namespaces(self):
+        """Namespaces that hold a page, in order of creation (None, the default, always first)."""
+        cdef vector[uint32_t] ids
+        with self._lock:
+            ids = self._tree.get().namespace_ids()
+            names = self._namespaces.names
+            return [names[ns] for ns in ids]
+
     def add_worker(self, name, dp_rank=0, *, capacity=None):
         """Register worker ``(name, dp_rank)``; ``capacity`` (tokens) makes it approximate."""
         with self._lock:
@@ -209,6 +247,7 @@ cdef class MetaCore:
             w = self._index(worker)
             tokens = self._tree.get().remove_worker(w)
             self._table.remove(worker)
+            self._settle_namespaces(0)
             return tokens
 
     def worker(self, name, dp_rank=0):
@@ -239,29 +278,34 @@ cdef class MetaCore:
             raise InvalidInputError(f"start = {value} is beyond the key's {whole} whole-page tokens")
         return value
 
-    def insert(self, key, worker, *, start=0):
+    def insert(self, key, worker, *, start=0, namespace=None):
         """Mark the pages of ``key`` from ``start`` on as held by ``worker``; returns pages newly marked."""
         with self._lock:
-            return self._path_op(key, worker, start, True)
+            return self._path_op(key, worker, start, namespace, True)
 
-    def remove(self, key, worker, *, start=0):
+    def remove(self, key, worker, *, start=0, namespace=None):
         """Unmark the pages of ``key`` from ``start`` on for ``worker``; returns pages unmarked."""
         with self._lock:
-            return self._path_op(key, worker, start, False)
+            return self._path_op(key, worker, start, namespace, False)
 
-    cdef object _path_op(self, object key, object worker, object start, bint marking):
+    cdef object _path_op(self, object key, object worker, object start, object namespace,
+                         bint marking):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef const uint32_t* data
         cdef size_t n
         cdef vector[uint32_t] scratch
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint64_t s = self._start(start, n)
-        w = self._index(worker)  # conversion may have run code that removed it
-        if marking:
-            return self._tree.get().insert(data, n, w, s)
-        return self._tree.get().remove(data, n, w, s)
+        cdef uint32_t ns = self._namespace_id(namespace, marking)
+        try:
+            w = self._index(worker)  # conversion may have run code that removed it
+            if marking:
+                return self._tree.get().insert(ns, data, n, w, s)
+            return self._tree.get().remove(ns, data, n, w, s)
+        finally:
+            self._settle_namespaces(ns)
 
-    def match(self, key, *, touch=False):
+    def match(self, key, *, touch=False, namespace=None):
         """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -269,18 +313,19 @@ cdef class MetaCore:
         owner = _load_tokens(key, &scratch, &data, &n)
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
         cdef cnp.ndarray lengths = _new_int64(count)
         cdef uint64_t found = self._tree.get().match(
-            data, n, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
+            ns, data, n, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
         result._lengths = lengths
         result._tree_length = found
         result._slots = slots
         return result
 
-    def match_many(self, keys, *, touch=False):
+    def match_many(self, keys, *, touch=False, namespace=None):
         """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -294,6 +339,7 @@ cdef class MetaCore:
         converted = [_owned_tokens(k) for k in rows]
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef uint32_t count = len(self._table.slots)
         cdef cnp.npy_intp dims[2]
         dims[0] = len(converted)
@@ -303,7 +349,7 @@ cdef class MetaCore:
         cdef vector[uint32_t] scratch
         for row in range(len(converted)):
             owner = _load_tokens(converted[row], &scratch, &data, &n)
-            self._tree.get().match(data, n, touch, base + row * count, count)
+            self._tree.get().match(ns, data, n, touch, base + row * count, count)
         return out
 
     def items(self, worker=None):
@@ -324,7 +370,8 @@ cdef class MetaCore:
                     kept.push_back(nodes[k])
             # Read out under the lock: another thread may change the tree once it is released.
             self._read_records(kept, False, len(table), &records)
-        return _records_as_items(&records, table)
+            names = dict(self._namespaces.names)
+        return _records_as_items(&records, table, names)
 
     def dump(self, worker):
         """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
@@ -333,7 +380,8 @@ cdef class MetaCore:
         with self._lock:
             nodes = self._tree.get().held_in_order(self._index(worker))
             self._read_records(nodes, True, 0, &records)
-        return _records_as_dump(&records)
+            names = dict(self._namespaces.names)
+        return _records_as_dump(&records, names)
 
     cdef void _read_records(self, const vector[uint32_t]& nodes, bint with_start, uint32_t slots,
                             _NodeRecords* out):
@@ -348,6 +396,7 @@ cdef class MetaCore:
             _append(&out.paths, path)
             out.ends.push_back(out.paths.size())
             out.starts.push_back(tree.node(x).depth - tree.node(x).length)
+            out.namespaces.push_back(tree.node(x).ns)
             if not with_start:
                 for i in range(slots):
                     if tree.node(x).holders.test(i):
@@ -356,13 +405,14 @@ cdef class MetaCore:
 
     # -- engine block events -------------------------------------------------------
 
-    def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0):
+    def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0,
+                     namespace=None):
         """Apply a KV ``BlockStored`` event atomically; returns pages newly marked."""
         with self._lock:
-            return self._stored(worker, tier, parent_hash, block_hashes, token_ids)
+            return self._stored(worker, tier, parent_hash, block_hashes, token_ids, namespace)
 
     cdef object _stored(self, object worker, object tier, object parent_hash,
-                        object block_hashes, object token_ids):
+                        object block_hashes, object token_ids, object namespace):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef vector[uint64_t] hash_scratch
         cdef vector[uint32_t] token_scratch
@@ -375,10 +425,15 @@ cdef class MetaCore:
         cdef uint64_t parent = _parent_value(parent_hash) if has_parent else 0
         hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
         token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
-        w = self._index(worker)  # conversion may have run code that removed it
-        return self._checked_stored(w, has_parent, parent, hashes, n_blocks, tokens, n_tokens)
+        cdef uint32_t ns = self._namespace_id(namespace, True)
+        try:
+            w = self._index(worker)  # conversion may have run code that removed it
+            return self._checked_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens,
+                                        n_tokens)
+        finally:
+            self._settle_namespaces(ns)
 
-    cdef object _checked_stored(self, uint32_t w, bint has_parent, uint64_t parent,
+    cdef object _checked_stored(self, uint32_t w, uint32_t ns, bint has_parent, uint64_t parent,
                                 const uint64_t* hashes, size_t n_blocks, const uint32_t* tokens,
                                 size_t n_tokens):
         """Check converted stored-event arguments against the tree, then apply them whole."""
@@ -386,18 +441,19 @@ cdef class MetaCore:
         cdef uint32_t page = tree.page_size()
         if n_tokens != n_blocks * page:
             raise _blocks.bad_token_count(n_tokens, n_blocks, page)
-        cdef StoredCheck check = tree.check_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+        cdef StoredCheck check = tree.check_stored(w, ns, has_parent, parent, hashes, n_blocks,
+                                                   tokens)
         if check.code != kStoredOk:
             who = self._table.slots[w]
             if check.code == kUnknownParent:
-                raise _blocks.unknown_parent(who, parent)
+                raise _blocks.unknown_parent(who, parent, self._namespaces.names[ns])
             h = hashes[check.index]
             if check.code == kCycle:
                 raise _blocks.cycle(check.index, h)
             if check.code == kRepeated:
                 raise _blocks.repeated_hash(check.index, h)
             raise _blocks.names_other_page(who, check.index, h)
-        return tree.apply_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+        return tree.apply_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens)
 
     def apply_removed(self, worker, block_hashes, *, tier=0):
         """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
@@ -413,12 +469,18 @@ cdef class MetaCore:
             _blocks.check_tier(tier)
         owner = _load_hashes(block_hashes, &scratch, &hashes, &n_blocks)
         w = self._index(worker)  # conversion may have run code that removed it
-        return self._tree.get().apply_removed(w, hashes, n_blocks)
+        try:
+            return self._tree.get().apply_removed(w, hashes, n_blocks)
+        finally:
+            self._settle_namespaces(0)
 
     def apply_cleared(self, worker):
         """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing. Returns tokens unmarked."""
         with self._lock:
-            return self._tree.get().clear_worker(self._index(worker))
+            try:
+                return self._tree.get().clear_worker(self._index(worker))
+            finally:
+                self._settle_namespaces(0)
 
     def apply_events(self, records):
         """Apply event records in order, each atomically; returns an int8 status per record.
@@ -438,38 +500,56 @@ cdef class MetaCore:
         cdef signed char* out = <signed char*>cnp.PyArray_DATA(status)
         with self._lock:
             prepared = [None] * count
-            for i in range(count):
-                try:
-                    prepared[i] = self._prepared_record(records[i])
-                except Exception as exc:  # any failure is that record's status
-                    out[i] = _blocks.record_status(exc)
-            for i in range(count):
-                if prepared[i] is not None:
+            # Namespace ids taken while converting stay assigned until the whole
+            # batch is applied, so a record never finds its id recycled.
+            asked = []
+            try:
+                for i in range(count):
                     try:
-                        self._apply_prepared(prepared[i])
-                    except Exception as exc:  # the tree's checks: raised before any change
+                        prepared[i] = self._prepared_record(records[i], asked)
+                    except Exception as exc:  # any failure is that record's status
                         out[i] = _blocks.record_status(exc)
+                for i in range(count):
+                    if prepared[i] is not None:
+                        try:
+                            self._apply_prepared(prepared[i])
+                        except Exception as exc:  # the tree's checks: raised before any change
+                            out[i] = _blocks.record_status(exc)
+            finally:
+                self._settle_namespaces(0)
+                for ns in asked:
+                    self._settle_namespaces(ns)
         return status
 
-    cdef tuple _prepared_record(self, object record):
+    cdef tuple _prepared_record(self, object record, list asked):
         """One record's kind, worker and converted arguments (uint64 and uint32 arrays)."""
         if not isinstance(record, (tuple, list)) or len(record) == 0:
             raise InputTypeError("an event record must be a non-empty tuple")
         kind = record[0]
-        if kind == "stored" and len(record) == 5:
+        cdef Py_ssize_t size = len(record)
+        cdef uint32_t ns = 0
+        if kind == "stored" and (size == 5 or size == 6):
             self._index(record[1])  # first: a stale worker is the error to report
+            options = _blocks.record_options(kind, record[5], record) if size == 6 else None
             has_parent = record[2] is not None
             parent = _parent_value(record[2]) if has_parent else 0
             hashes = _owned_hashes(record[3])
             tokens = _owned_tokens(record[4])
-            return ("stored", record[1], has_parent, parent, hashes, tokens)
-        if kind == "removed" and len(record) == 3:
+            if options:
+                ns = self._namespace_id(options.get("namespace"), True)
+                asked.append(ns)
+            return ("stored", record[1], has_parent, parent, hashes, tokens, ns)
+        if kind == "removed" and (size == 3 or size == 4):
             self._index(record[1])
+            if size == 4:
+                _blocks.record_options(kind, record[3], record)
             return ("removed", record[1], _owned_hashes(record[2]))
-        if kind == "cleared" and len(record) == 2:
+        if kind == "cleared" and (size == 2 or size == 3):
             self._index(record[1])
+            if size == 3:
+                _blocks.record_options(kind, record[2], record)
             return ("cleared", record[1])
-        raise InvalidInputError(f"not an event record: {record!r}")
+        raise _blocks.not_a_record(record)
 
     cdef object _apply_prepared(self, tuple step):
         cdef uint32_t w = self._index(step[1])
@@ -482,7 +562,7 @@ cdef class MetaCore:
                 w, <const uint64_t*>cnp.PyArray_DATA(hashes), cnp.PyArray_DIM(hashes, 0))
         tokens = <cnp.ndarray>step[5]
         return self._checked_stored(
-            w, step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
+            w, step[6], step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
             cnp.PyArray_DIM(hashes, 0), <const uint32_t*>cnp.PyArray_DATA(tokens),
             cnp.PyArray_DIM(tokens, 0))
 
@@ -500,10 +580,10 @@ cdef class MetaCore:
             raise AssertionError(str(exc)) from None
 
     def _block_entries(self, worker):
-        """(hash, path to the page end) for every block hash of the worker, by hash."""
+        """(hash, path to the page end, namespace) for every block hash of the worker, by hash."""
         cdef MetaTree* tree = self._tree.get()
         cdef vector[pair[uint64_t, uint32_t]] entries
-        cdef vector[uint32_t] path, paths
+        cdef vector[uint32_t] path, paths, namespaces
         cdef vector[size_t] ends
         cdef size_t k
         with self._lock:  # the paths are read before another thread may change the tree
@@ -512,16 +592,19 @@ cdef class MetaCore:
                 tree.path_tokens(entries[k].second, &path)
                 _append(&paths, path)
                 ends.push_back(paths.size())
+                namespaces.push_back(tree.node(entries[k].second).ns)
+            names = dict(self._namespaces.names)
         out = []
         cdef size_t begin = 0
         for k in range(entries.size()):
-            out.append((entries[k].first, _uint32_copy(paths, begin, ends[k])))
+            key = _uint32_copy(paths, begin, ends[k])
+            out.append((entries[k].first, key, names[namespaces[k]]))
             begin = ends[k]
         return out
 
-    def _bind_hash(self, worker, key, block_hash):
+    def _bind_hash(self, worker, key, block_hash, namespace=None):
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
-        cdef uint32_t w
+        cdef uint32_t w, ns
         cdef const uint32_t* data
         cdef size_t n
         cdef uint64_t h
@@ -530,8 +613,9 @@ cdef class MetaCore:
             w = self._index(worker)
             h = _blocks.block_hash(block_hash, "block_hash")
             owner = _load_tokens(key, &scratch, &data, &n)
+            ns = self._namespace_id(namespace, False)
             w = self._index(worker)
-            if not self._tree.get().bind_hash(w, data, n, h):
+            if not self._tree.get().bind_hash(w, ns, data, n, h):
                 raise InvalidInputError("the worker holds no page ending at the end of key")
 
     def _worker_state(self):

@@ -26,13 +26,16 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 * **Block pages** named by a hash are nodes of exactly one page, never cut.
 * A node with no holders and no children is freed at once (before the call
   returns); nodes never merge.
+* **Namespaces** each have a root of their own (None's always exists); any
+  other namespace has one only while it holds a page, created by its first
+  page and dropped with its last node.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,13 +43,13 @@ import numpy.typing as npt
 
 from radixmeta import _blocks, _keys
 from radixmeta._atomic import atomic
+from radixmeta._types import DumpRecord, MetaItem
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError
 
 __all__ = ["MetaCore", "MetaMatch"]
 
 Tokens = tuple[int, ...]
-_Item = tuple[npt.NDArray[np.uint32], tuple[WorkerId, ...]]
 
 
 def _require(condition: bool, what: str) -> None:
@@ -66,10 +69,15 @@ def _check_touch(touch: Any) -> bool:
 class _MetaNode:
     """One node: a run of whole pages and the workers holding all of them."""
 
-    __slots__ = ("parent", "label", "children", "holders", "stamps", "hashes", "depth")
+    __slots__ = (
+        "parent", "label", "children", "holders", "stamps", "hashes", "depth", "namespace"
+    )
 
-    def __init__(self, parent: _MetaNode | None, label: Tokens, depth: int) -> None:
+    def __init__(
+        self, parent: _MetaNode | None, label: Tokens, depth: int, namespace: Hashable
+    ) -> None:
         self.parent = parent
+        self.namespace = namespace
         self.label = label
         self.children: dict[Tokens, _MetaNode] = {}  # keyed by the child's first page
         self.holders: set[int] = set()  # worker indices
@@ -157,7 +165,8 @@ class MetaCore:
         self._page_size = _keys.check_page_size(page_size)
         self._mutex = threading.RLock()
         self._table = WorkerTable()
-        self._root = _MetaNode(None, (), 0)
+        # Namespace -> root, in order of creation; None's root always exists.
+        self._roots: dict[Hashable, _MetaNode] = {None: _MetaNode(None, (), 0, None)}
         self._clock = 0
         self._nodes = 0
         self._held: list[int] = []  # tokens held, per worker index
@@ -293,7 +302,9 @@ class MetaCore:
         return self._table.capacities[index] is not None
 
     @atomic
-    def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def insert(
+        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+    ) -> int:
         """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
 
         The pages before ``start`` enter the tree as structure if they are
@@ -307,6 +318,9 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        namespace : hashable, default None
+            The namespace of the key (a LoRA adapter, a cache salt): pages of
+            different namespaces never share a node.
 
         Returns
         -------
@@ -316,16 +330,22 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key or start; nothing changes.
+            A bad worker, key, start or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         self._clock += 1
+        root = self._roots.get(namespace)
+        if root is None:
+            if start >= n:
+                return 0  # nothing to mark: an empty namespace costs nothing
+            root = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
         approximate = self._approximate(index)
         p = self._page_size
         newly = 0
-        node, pos = self._root, 0
+        node, pos = root, 0
         missing = False  # the key leaves the tree at a node boundary, at pos < n
         while pos < n:
             child = node.children.get(toks[pos : pos + p])
@@ -360,12 +380,14 @@ class MetaCore:
             self._mark(leaf, index)
             newly += (n - pos) // p
         if approximate:
-            self._refresh_path(index, toks, n)
+            self._refresh_path(index, root, toks, n)
             self._evict(index)
         return newly
 
     @atomic
-    def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def remove(
+        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+    ) -> int:
         """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
 
         Pages the worker does not hold are skipped, so repeating a remove is
@@ -377,6 +399,9 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        namespace : hashable, default None
+            The namespace of the key (a LoRA adapter, a cache salt): pages of
+            different namespaces never share a node.
 
         Returns
         -------
@@ -386,15 +411,16 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key or start; nothing changes.
+            A bad worker, key, start or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         removed = 0
-        node, pos = self._root, 0
-        while pos < n:
+        node, pos = self._roots.get(namespace), 0
+        while node is not None and pos < n:
             child = node.children.get(toks[pos : pos + p])
             if child is None:
                 break
@@ -417,7 +443,7 @@ class MetaCore:
         return removed
 
     @atomic
-    def match(self, key: Any, *, touch: bool = False) -> MetaMatch:
+    def match(self, key: Any, *, touch: bool = False, namespace: Hashable = None) -> MetaMatch:
         """Every worker's matched length of ``key``, in one walk.
 
         A worker's length is the longest prefix of the key whose every page,
@@ -428,6 +454,8 @@ class MetaCore:
         key : sequence of int or 1-D integer array
         touch : bool, default False
             Refresh the counted pages of every approximate worker.
+        namespace : hashable, default None
+            The namespace to match in; in one that holds nothing every length is 0.
 
         Returns
         -------
@@ -436,20 +464,25 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad key or touch; nothing changes.
+            A bad key, touch or namespace; nothing changes.
         """
         toks = _keys.tokens(key)
         touch = _check_touch(touch)
-        return self._match(toks, touch)
+        _keys.check_namespace(namespace)
+        return self._match(toks, touch, namespace)
 
     @atomic
-    def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
+    def match_many(
+        self, keys: Any, *, touch: bool = False, namespace: Hashable = None
+    ) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
         Parameters
         ----------
         keys : sequence of keys, or 2-D integer array (one key per row)
         touch : bool, default False
+        namespace : hashable, default None
+            The namespace of every key.
 
         Returns
         -------
@@ -459,8 +492,8 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad ``keys``, a bad key or touch; every key is checked before any
-            is matched, so nothing changes.
+            A bad ``keys``, a bad key, touch or namespace; every key is checked
+            before any is matched, so nothing changes.
         """
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
@@ -475,21 +508,22 @@ class MetaCore:
             rows = list(keys)
         converted = [_keys.tokens(row) for row in rows]
         touch = _check_touch(touch)
+        _keys.check_namespace(namespace)
         out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch).lengths
+            out[r] = self._match(toks, touch, namespace).lengths
         return out
 
-    def _match(self, toks: Tokens, touch: bool) -> MetaMatch:
+    def _match(self, toks: Tokens, touch: bool, namespace: Hashable) -> MetaMatch:
         p = self._page_size
         n = len(toks) - len(toks) % p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
         counting = {i for i, w in enumerate(slots) if w is not None}
         path: list[_MetaNode] = []
-        node, pos = self._root, 0
+        node, pos = self._roots.get(namespace), 0
         partial = False
-        while pos < n:
+        while node is not None and pos < n:
             child = node.children.get(toks[pos : pos + p])
             if child is None:
                 break
@@ -528,6 +562,7 @@ class MetaCore:
         token_ids: Any,
         *,
         tier: int = 0,
+        namespace: Hashable = None,
     ) -> int:
         """Apply a KV ``BlockStored`` event: the worker now holds these blocks.
 
@@ -542,6 +577,9 @@ class MetaCore:
             Exactly ``len(block_hashes) * page_size`` tokens.
         tier : int, default 0
             Only the device tier (0) is modelled.
+        namespace : hashable, default None
+            The blocks' namespace (a LoRA adapter, a cache salt); the parent
+            must be a block of the same namespace.
 
         Returns
         -------
@@ -555,32 +593,46 @@ class MetaCore:
         """
         self._table.resolve(worker)  # first: a stale worker is the error to report
         _blocks.check_tier(tier)
-        return self._store(*self._converted_stored(worker, parent_hash, block_hashes, token_ids))
+        options = {"namespace": namespace}
+        converted = self._converted_stored(worker, parent_hash, block_hashes, token_ids, options)
+        return self._store(*converted, namespace)
 
     def _converted_stored(
-        self, worker: WorkerId, parent_hash: Any, block_hashes: Any, token_ids: Any
+        self,
+        worker: WorkerId,
+        parent_hash: Any,
+        block_hashes: Any,
+        token_ids: Any,
+        options: dict[str, Any],
     ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...]]:
         """A stored event's arguments, converted and checked for shape (no tree read)."""
         self._table.resolve(worker)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        _keys.check_namespace(options.get("namespace"))
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
         return worker, parent, hashes, toks
 
     def _store(
-        self, worker: WorkerId, parent: int | None, hashes: list[int], toks: tuple[int, ...]
+        self,
+        worker: WorkerId,
+        parent: int | None,
+        hashes: list[int],
+        toks: tuple[int, ...],
+        namespace: Hashable,
     ) -> int:
         """Check a converted stored event against the tree, then apply it whole."""
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         bmap = self._blocks[index]
-        if parent is not None and parent not in bmap:
-            raise _blocks.unknown_parent(worker, parent)
-        base_node = self._root if parent is None else bmap[parent]
-        base = self._path(base_node)
+        if parent is not None and (parent not in bmap or bmap[parent].namespace != namespace):
+            raise _blocks.unknown_parent(worker, parent, namespace)
+        base_node = self._roots.get(namespace) if parent is None else bmap[parent]
+        base = () if base_node is None else self._path(base_node)
         seen: set[int] = set()
         for i, h in enumerate(hashes):
             if h == parent:
@@ -588,11 +640,15 @@ class MetaCore:
             if h in seen:
                 raise _blocks.repeated_hash(i, h)
             seen.add(h)
-            if h in bmap and self._path(bmap[h]) != base + toks[: (i + 1) * p]:
+            named = bmap.get(h)
+            page = base + toks[: (i + 1) * p]
+            if named is not None and (named.namespace != namespace or self._path(named) != page):
                 raise _blocks.names_other_page(worker, i, h)
         self._clock += 1
         if not hashes:
             return 0
+        if base_node is None:
+            base_node = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
         newly = 0
         node = base_node
         for i, h in enumerate(hashes):
@@ -609,7 +665,7 @@ class MetaCore:
             node = child
         if self._approximate(index):
             walk: _MetaNode | None = node
-            while walk is not None and walk is not self._root:
+            while walk is not None and walk.parent is not None:
                 if index in walk.holders:
                     walk.stamps[index] = self._clock
                 walk = walk.parent
@@ -677,7 +733,9 @@ class MetaCore:
         ----------
         records : iterable of tuples
             ``("stored", worker, parent_hash, block_hashes, token_ids)``,
-            ``("removed", worker, block_hashes)`` or ``("cleared", worker)``.
+            ``("removed", worker, block_hashes)`` or ``("cleared", worker)``,
+            each optionally followed by a dict of the keyword arguments of the
+            method it stands for (a stored record's ``{"namespace": ...}``).
 
         Returns
         -------
@@ -714,23 +772,28 @@ class MetaCore:
     def _prepared_record(self, record: Any) -> tuple[Any, ...]:
         """(apply function, converted arguments) of one event record."""
         if isinstance(record, (tuple, list)) and record:
-            kind = record[0]
-            if isinstance(kind, str):
-                if kind == "stored" and len(record) == 5:
-                    return (self._store, *self._converted_stored(*record[1:]))
-                if kind == "removed" and len(record) == 3:
-                    self._table.resolve(record[1])
+            kind, size = record[0], len(record)
+            # The base fields, then optionally a dict of the method's keyword arguments.
+            base = _blocks.RECORD_FIELDS.get(kind) if type(kind) is str else None
+            if base is not None and size in (base, base + 1):
+                self._table.resolve(record[1])  # first: a stale worker is the error to report
+                options = _blocks.record_options(kind, record[base], record) if size > base else {}
+                if kind == "stored":
+                    _, worker, parent, hashes, tokens = record[:5]
+                    converted = self._converted_stored(worker, parent, hashes, tokens, options)
+                    return (self._store, *converted, options.get("namespace"))
+                if kind == "removed":
                     return (self._unstore, record[1], _blocks.block_hashes(record[2]))
-                if kind == "cleared" and len(record) == 2:
-                    self._table.resolve(record[1])
-                    return (self.apply_cleared, record[1])
-        msg = f"not an event record: {record!r}"
-        raise InvalidInputError(msg)
+                return (self.apply_cleared, record[1])
+        raise _blocks.not_a_record(record)
 
     # -- whole tree -----------------------------------------------------------------------------
     @atomic
-    def items(self, worker: WorkerId | None = None) -> list[_Item]:
-        """One ``(key, holders)`` per node, depth first, children in lexicographic order.
+    def items(self, worker: WorkerId | None = None) -> list[MetaItem]:
+        """One :class:`~radixmeta.MetaItem` per node.
+
+        Namespace by namespace in :meth:`namespaces` order, each depth first
+        with children in lexicographic order.
 
         Parameters
         ----------
@@ -739,34 +802,43 @@ class MetaCore:
 
         Returns
         -------
-        list of (numpy.ndarray, tuple of WorkerId)
-            The ``uint32`` path from the root to the node's end, and the workers
-            holding the node by ascending index.
+        list of MetaItem
+            The ``uint32`` path from the namespace's root to the node's end,
+            the workers holding the node by ascending index, and its namespace.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
-        out: list[_Item] = []
+        out: list[MetaItem] = []
         for node, path in self._in_order():
             if index is None or index in node.holders:
                 holders = tuple(w for i in sorted(node.holders) if (w := slots[i]) is not None)
-                out.append((np.array(path, dtype=np.uint32), holders))
+                out.append(MetaItem(np.array(path, dtype=np.uint32), holders, node.namespace))
         return out
 
     @atomic
-    def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
-        """Records ``(key, start)``: ``insert(key, w, start=start)`` of each rebuilds its pages.
+    def dump(self, worker: WorkerId) -> list[DumpRecord]:
+        """Records that rebuild the worker's pages through :meth:`insert`.
 
-        One record per node the worker holds: in ``items()`` order for an exact
-        worker, least recent first (its eviction order) for an approximate one,
-        so that replaying them in order restores its recency order too.
+        One :class:`~radixmeta.DumpRecord` per node the worker holds: in
+        ``items()`` order for an exact worker, least recent first (its eviction
+        order) for an approximate one, so that replaying them in order restores
+        its recency order too.
         """
         index = self._table.resolve(worker)
         held = [(node, path) for node, path in self._in_order() if index in node.holders]
         if self._approximate(index):
             held.sort(key=lambda entry: (entry[0].stamps[index], -entry[0].depth))
         return [
-            (np.array(path, dtype=np.uint32), node.depth - len(node.label)) for node, path in held
+            DumpRecord(
+                np.array(path, dtype=np.uint32), node.depth - len(node.label), node.namespace
+            )
+            for node, path in held
         ]
+
+    @atomic
+    def namespaces(self) -> list[Hashable]:
+        """Namespaces that hold a page, in order of creation (None, the default, always first)."""
+        return list(self._roots)
 
     @atomic
     def memory_usage(self) -> int:
@@ -784,15 +856,21 @@ class MetaCore:
         """Verify every invariant in O(n + marks); raises AssertionError on a violation."""
         p = self._page_size
         slots = self._table.slots
-        root = self._root
-        _require(root.parent is None and not root.label and not root.depth, "the root is malformed")
-        _require(not root.holders and not root.stamps and not root.hashes, "the root is held")
+        _require(next(iter(self._roots)) is None, "the default namespace is not first")
+        for namespace, root in self._roots.items():
+            _require(
+                root.parent is None and not root.label and not root.depth
+                and root.namespace == namespace,
+                "a root is malformed",
+            )
+            _require(not root.holders and not root.stamps and not root.hashes, "a root is held")
+            _require(namespace is None or bool(root.children), "an emptied namespace kept its root")
         held = [0] * len(self._held)
         stamp_keys: list[set[tuple[int, int]]] = [set() for _ in self._held]
         reachable: set[int] = set()
         nodes = 0
         for node in self._all_nodes():
-            if node is root:
+            if node.parent is None:
                 continue
             nodes += 1
             reachable.add(id(node))
@@ -804,6 +882,7 @@ class MetaCore:
             _require(all(0 <= t < _keys.TOKEN_LIMIT for t in label), "a token is out of range")
             _require(parent.children.get(label[:p]) is node, "a child is filed under the wrong key")
             _require(node.depth == parent.depth + len(label), "a depth is wrong")
+            _require(node.namespace == parent.namespace, "a node is in another namespace")
             _require(bool(node.holders or node.children), "a node has no holders and no children")
             for i in node.holders:
                 _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
@@ -834,20 +913,29 @@ class MetaCore:
 
     # -- pickle support ---------------------------------------------------------------------------
     @atomic
-    def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
-        """(hash, path to the page end) for every block hash of the worker, by hash."""
+    def _block_entries(
+        self, worker: WorkerId
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable]]:
+        """(hash, path to the page end, namespace) for every block hash of the worker, by hash."""
         bmap = self._blocks[self._table.resolve(worker)]
-        return [(h, np.array(self._path(bmap[h]), dtype=np.uint32)) for h in sorted(bmap)]
+        return [
+            (h, np.array(self._path(bmap[h]), dtype=np.uint32), bmap[h].namespace)
+            for h in sorted(bmap)
+        ]
 
     @atomic
-    def _bind_hash(self, worker: WorkerId, key: Any, block_hash: Any) -> None:
+    def _bind_hash(
+        self, worker: WorkerId, key: Any, block_hash: Any, namespace: Hashable = None
+    ) -> None:
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
         index = self._table.resolve(worker)
         h = _blocks.block_hash(block_hash, "block_hash")
         toks = _keys.tokens(key)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
-        node = self._find_page(toks) if toks and len(toks) % p == 0 else None
+        root = self._roots.get(namespace)
+        node = self._find_page(root, toks) if root and toks and len(toks) % p == 0 else None
         if node is None or index not in node.holders:
             msg = "the worker holds no page ending at the end of key"
             raise InvalidInputError(msg)
@@ -885,23 +973,26 @@ class MetaCore:
 
     # -- helpers ------------------------------------------------------------------------------
     def _all_nodes(self) -> Iterator[_MetaNode]:
-        stack = [self._root]
+        """Every node, the roots included."""
+        stack = list(self._roots.values())
         while stack:
             node = stack.pop()
             yield node
             stack.extend(node.children.values())
 
     def _in_order(self) -> list[tuple[_MetaNode, Tokens]]:
-        """(node, path to its end) for every node but the root, depth first, children sorted."""
+        """(node, path to its end) for every node but the roots: namespace by namespace,
+        each depth first with children sorted."""
         out: list[tuple[_MetaNode, Tokens]] = []
-        stack: list[tuple[_MetaNode, Tokens]] = [
-            (child, child.label) for _, child in sorted(self._root.children.items(), reverse=True)
-        ]
-        while stack:
-            node, path = stack.pop()
-            out.append((node, path))
-            for _, child in sorted(node.children.items(), reverse=True):
-                stack.append((child, path + child.label))
+        for root in self._roots.values():
+            stack: list[tuple[_MetaNode, Tokens]] = [
+                (child, child.label) for _, child in sorted(root.children.items(), reverse=True)
+            ]
+            while stack:
+                node, path = stack.pop()
+                out.append((node, path))
+                for _, child in sorted(node.children.items(), reverse=True):
+                    stack.append((child, path + child.label))
         return out
 
     def _path(self, node: _MetaNode) -> Tokens:
@@ -912,10 +1003,10 @@ class MetaCore:
             walk = walk.parent
         return tuple(t for part in reversed(parts) for t in part)
 
-    def _find_page(self, toks: Tokens) -> _MetaNode | None:
-        """The node containing the page that ends at ``len(toks)``, if that page is in the tree."""
+    def _find_page(self, root: _MetaNode, toks: Tokens) -> _MetaNode | None:
+        """The node below ``root`` containing the page that ends at ``len(toks)``, if any."""
         p = self._page_size
-        node, pos = self._root, 0
+        node, pos = root, 0
         n = len(toks)
         while pos < n:
             child = node.children.get(toks[pos : pos + p])
@@ -935,7 +1026,7 @@ class MetaCore:
         p = self._page_size
         assert parent is not None and 0 < m < len(node.label) and m % p == 0
         assert not node.hashes, "a one-page block node is never cut"
-        upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m)
+        upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m, node.namespace)
         upper.holders = set(node.holders)
         upper.stamps = dict(node.stamps)
         parent.children[node.label[:p]] = upper
@@ -946,7 +1037,7 @@ class MetaCore:
         return upper
 
     def _new_leaf(self, parent: _MetaNode, label: Tokens) -> _MetaNode:
-        leaf = _MetaNode(parent, label, parent.depth + len(label))
+        leaf = _MetaNode(parent, label, parent.depth + len(label), parent.namespace)
         parent.children[label[: self._page_size]] = leaf
         self._nodes += 1
         return leaf
@@ -975,10 +1066,11 @@ class MetaCore:
         node.hashes[index] = h
         self._blocks[index][h] = node
 
-    def _refresh_path(self, index: int, toks: Tokens, n: int) -> None:
-        """Every node on ``toks[:n]``'s path that worker ``index`` holds takes the clock."""
+    def _refresh_path(self, index: int, root: _MetaNode, toks: Tokens, n: int) -> None:
+        """Every node on ``toks[:n]``'s path from ``root`` that worker ``index`` holds takes
+        the clock."""
         p = self._page_size
-        node, pos = self._root, 0
+        node, pos = root, 0
         while pos < n:
             child = node.children.get(toks[pos : pos + p])
             if child is None:
@@ -1019,12 +1111,15 @@ class MetaCore:
         return tokens
 
     def _free_unused(self) -> None:
-        """Free every node with no holders and no children, children before parents."""
+        """Free every node with no holders and no children, children before parents, then
+        the roots of the namespaces this empties."""
         p = self._page_size
         for node in reversed(list(self._all_nodes())):
-            if node is not self._root and not node.holders and not node.children:
-                parent = node.parent
-                assert parent is not None
+            parent = node.parent
+            if parent is not None and not node.holders and not node.children:
                 del parent.children[node.label[:p]]
                 node.parent = None
                 self._nodes -= 1
+        for namespace in [ns for ns, root in self._roots.items() if not root.children]:
+            if namespace is not None:
+                del self._roots[namespace]

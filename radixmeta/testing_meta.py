@@ -36,7 +36,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -45,6 +45,7 @@ import numpy.typing as npt
 from hypothesis import strategies as st
 
 from radixmeta import _blocks, _keys
+from radixmeta._types import DumpRecord
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError
 
@@ -71,6 +72,8 @@ __all__ = [
 ]
 
 Tokens: TypeAlias = tuple[int, ...]
+#: A page of the model: its namespace and its full token path from the root.
+Page: TypeAlias = tuple[Hashable, Tokens]
 
 # ---------------------------------------------------------------------------------------
 # Brute-force model
@@ -97,17 +100,19 @@ class BruteForceMetaMatch:
 class BruteForceMetaTree:
     """A tree-less, brute-force model of the :class:`~radixmeta.MetaTree` semantics.
 
-    A page is named by its full token path from the root. The model keeps:
+    A page is named by its namespace and its full token path from the root.
+    The model keeps:
 
     * per worker index, ``pages``: every page it holds, mapped to the logical
       time of its last access (used by approximate workers only);
     * per worker index, ``blocks``: block hash to page;
-    * one logical clock, advanced as the real trees advance theirs.
+    * one logical clock, advanced as the real trees advance theirs;
+    * the namespaces holding a page, in order of creation.
 
-    A page is "in the tree" when some worker holds it or a page below it: a
-    node that holds nothing and leads to nothing is freed at once (rule 1), so
-    the tree is exactly the prefix closure of all held pages. With that, every
-    rule is one line:
+    A page is "in the tree" when some worker holds it or a page below it (in
+    its namespace): a node that holds nothing and leads to nothing is freed at
+    once (rule 1), so the tree is exactly the prefix closure of all held pages.
+    With that, every rule is one line:
 
     * ``match``: a worker's length is the longest run of the key's pages, from
       the first, that it holds; ``tree_length`` the longest run in the tree;
@@ -146,8 +151,9 @@ class BruteForceMetaTree:
         self._page_size = _keys.check_page_size(page_size)
         self._table = WorkerTable()
         self._clock = 0
-        self._pages: dict[int, dict[Tokens, int]] = {}
-        self._hashes: dict[int, dict[int, Tokens]] = {}
+        self._pages: dict[int, dict[Page, int]] = {}
+        self._hashes: dict[int, dict[int, Page]] = {}
+        self._namespaces: list[Hashable] = [None]
 
     # -- workers ------------------------------------------------------------------------
     @property
@@ -177,6 +183,7 @@ class BruteForceMetaTree:
         index = self._table.resolve(worker)
         tokens = self._clear(index)
         self._table.remove(worker)
+        self._settle_namespaces()
         return tokens
 
     def worker(self, name: str, dp_rank: int = 0) -> WorkerId:
@@ -192,18 +199,29 @@ class BruteForceMetaTree:
         return len(self._pages[self._table.resolve(worker)]) * self._page_size
 
     # -- helpers ----------------------------------------------------------------------------
-    def _prefixes(self, toks: Tokens, lo: int, hi: int) -> list[Tokens]:
-        """The pages of ``toks`` ending in ``(lo, hi]``."""
+    def _prefixes(self, namespace: Hashable, toks: Tokens, lo: int, hi: int) -> list[Page]:
+        """The pages of ``toks`` in ``namespace`` ending in ``(lo, hi]``."""
         p = self._page_size
-        return [toks[:k] for k in range(lo + p, hi + 1, p)]
+        return [(namespace, toks[:k]) for k in range(lo + p, hi + 1, p)]
 
-    def _in_tree(self, page: Tokens) -> bool:
-        return any(q[: len(page)] == page for pages in self._pages.values() for q in pages)
+    def _in_tree(self, page: Page) -> bool:
+        namespace, toks = page
+        return any(
+            ns == namespace and q[: len(toks)] == toks
+            for pages in self._pages.values()
+            for ns, q in pages
+        )
+
+    def _settle_namespaces(self) -> None:
+        """Forget the namespaces left without pages; list new ones last (creation order)."""
+        held = {ns for pages in self._pages.values() for ns, _ in pages}
+        self._namespaces = [ns for ns in self._namespaces if ns is None or ns in held]
+        self._namespaces += [ns for ns in held if ns not in self._namespaces]
 
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
-    def _drop(self, index: int, page: Tokens) -> None:
+    def _drop(self, index: int, page: Page) -> None:
         del self._pages[index][page]
         hashes = self._hashes[index]
         for h in [h for h, q in hashes.items() if q == page]:
@@ -215,7 +233,7 @@ class BruteForceMetaTree:
             return
         pages = self._pages[index]
         while len(pages) * self._page_size > capacity:
-            victim = min(pages, key=lambda q: (pages[q], -len(q)))
+            victim = min(pages, key=lambda q: (pages[q], -len(q[1])))
             self._drop(index, victim)
 
     def _clear(self, index: int) -> int:
@@ -238,46 +256,54 @@ class BruteForceMetaTree:
         return toks, n, s
 
     # -- token paths --------------------------------------------------------------------------
-    def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def insert(
+        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+    ) -> int:
         """Mark the key's pages from ``start`` on; returns pages newly marked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        _keys.check_namespace(namespace)
         self._clock += 1
         pages = self._pages[index]
         newly = 0
-        for page in self._prefixes(toks, start, n):
+        for page in self._prefixes(namespace, toks, start, n):
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
         if self._approximate(index):
-            for page in self._prefixes(toks, 0, n):
+            for page in self._prefixes(namespace, toks, 0, n):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
+        self._settle_namespaces()
         return newly
 
-    def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def remove(
+        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+    ) -> int:
         """Unmark the key's pages from ``start`` on; returns pages unmarked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        _keys.check_namespace(namespace)
         removed = 0
-        for page in self._prefixes(toks, start, n):
+        for page in self._prefixes(namespace, toks, start, n):
             if page in self._pages[index]:
                 self._drop(index, page)
                 removed += 1
+        self._settle_namespaces()
         return removed
 
-    def _match(self, toks: Tokens, touch: bool) -> BruteForceMetaMatch:
+    def _match(self, toks: Tokens, touch: bool, namespace: Hashable) -> BruteForceMetaMatch:
         p = self._page_size
         n = len(toks) // p * p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
-        pages = self._prefixes(toks, 0, n)
+        pages = self._prefixes(namespace, toks, 0, n)
         tree_length = 0
         for page in pages:
             if not self._in_tree(page):
                 break
-            tree_length = len(page)
+            tree_length = len(page[1])
         for i, w in enumerate(slots):
             if w is None:
                 continue
@@ -294,15 +320,20 @@ class BruteForceMetaTree:
                         self._pages[i][page] = self._clock
         return BruteForceMetaMatch(lengths, tree_length, slots)
 
-    def match(self, key: Any, *, touch: bool = False) -> BruteForceMetaMatch:
+    def match(
+        self, key: Any, *, touch: bool = False, namespace: Hashable = None
+    ) -> BruteForceMetaMatch:
         """Every worker's matched length of ``key`` (the gap rule)."""
         toks = _keys.tokens(key)
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
-        return self._match(toks, touch)
+        _keys.check_namespace(namespace)
+        return self._match(toks, touch, namespace)
 
-    def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
+    def match_many(
+        self, keys: Any, *, touch: bool = False, namespace: Hashable = None
+    ) -> npt.NDArray[np.int64]:
         """``match`` of each key in order: an int64 array of shape (len(keys), n_workers)."""
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
@@ -315,9 +346,10 @@ class BruteForceMetaTree:
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        _keys.check_namespace(namespace)
         out = np.zeros((len(converted), self.n_workers), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch).lengths
+            out[r] = self._match(toks, touch, namespace).lengths
         return out
 
     # -- block events -------------------------------------------------------------------------
@@ -329,6 +361,7 @@ class BruteForceMetaTree:
         token_ids: Any,
         *,
         tier: int = 0,
+        namespace: Hashable = None,
     ) -> int:
         """Apply a ``BlockStored`` event atomically; returns pages newly marked."""
         index = self._table.resolve(worker)
@@ -336,19 +369,20 @@ class BruteForceMetaTree:
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        _keys.check_namespace(namespace)
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
         known = self._hashes[index]
-        if parent is not None and parent not in known:
-            raise _blocks.unknown_parent(worker, parent)
-        base = () if parent is None else known[parent]
+        if parent is not None and (parent not in known or known[parent][0] != namespace):
+            raise _blocks.unknown_parent(worker, parent, namespace)
+        base = () if parent is None else known[parent][1]
         for i, h in enumerate(hashes):
             if h == parent:
                 raise _blocks.cycle(i, h)
             if h in hashes[:i]:
                 raise _blocks.repeated_hash(i, h)
-            if h in known and known[h] != base + toks[: (i + 1) * p]:
+            if h in known and known[h] != (namespace, base + toks[: (i + 1) * p]):
                 raise _blocks.names_other_page(worker, i, h)
         self._clock += 1
         if not hashes:
@@ -357,7 +391,7 @@ class BruteForceMetaTree:
         newly = 0
         path = base + toks
         for i, h in enumerate(hashes):
-            page = path[: len(base) + (i + 1) * p]
+            page = (namespace, path[: len(base) + (i + 1) * p])
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
@@ -365,14 +399,15 @@ class BruteForceMetaTree:
                 del known[old]
             known[h] = page
         if self._approximate(index):
-            for page in self._prefixes(path, 0, len(path)):
+            for page in self._prefixes(namespace, path, 0, len(path)):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
+        self._settle_namespaces()
         return newly
 
     def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
-        """Apply a ``BlockRemoved`` event; returns pages unmarked."""
+        """Apply a ``BlockRemoved`` event (in any namespace); returns pages unmarked."""
         index = self._table.resolve(worker)
         _blocks.check_tier(tier)
         hashes = _blocks.block_hashes(block_hashes)
@@ -382,31 +417,37 @@ class BruteForceMetaTree:
             if page is not None:
                 self._drop(index, page)
                 removed += 1
+        self._settle_namespaces()
         return removed
 
     def apply_cleared(self, worker: WorkerId) -> int:
         """Apply an ``AllBlocksCleared`` event; returns tokens unmarked."""
-        return self._clear(self._table.resolve(worker))
+        tokens = self._clear(self._table.resolve(worker))
+        self._settle_namespaces()
+        return tokens
 
     def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
         """Apply records in order, each atomically; one ``BlockStatus`` per record."""
         if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
             msg = f"records must be a sequence of event records, got {type(records).__name__}"
             raise InputTypeError(msg)
+        methods: dict[str, Callable[..., Any]] = {
+            "stored": self.apply_stored,
+            "removed": self.apply_removed,
+            "cleared": self.apply_cleared,
+        }
         out: list[int] = []
         for record in records:
             try:
                 ok = isinstance(record, (tuple, list)) and record and isinstance(record[0], str)
-                shape = (record[0], len(record)) if ok else None
-                if shape == ("stored", 5):
-                    self.apply_stored(record[1], record[2], record[3], record[4])
-                elif shape == ("removed", 3):
-                    self.apply_removed(record[1], record[2])
-                elif shape == ("cleared", 2):
-                    self.apply_cleared(record[1])
-                else:
-                    msg = f"not an event record: {record!r}"
-                    raise InvalidInputError(msg)
+                base = _blocks.RECORD_FIELDS.get(record[0]) if ok else None
+                if base is None or len(record) not in (base, base + 1):
+                    raise _blocks.not_a_record(record)
+                self._table.resolve(record[1])
+                kind = record[0]
+                extra = len(record) > base
+                options = _blocks.record_options(kind, record[base], record) if extra else {}
+                methods[kind](*record[1:base], **options)
             except RadixMetaError as exc:
                 out.append(int(_blocks.record_status(exc)))
             else:
@@ -414,7 +455,15 @@ class BruteForceMetaTree:
         return np.array(out, dtype=np.int8)
 
     # -- introspection ------------------------------------------------------------------------
-    def pages(self, worker: WorkerId) -> list[Tokens]:
+    def namespaces(self) -> list[Hashable]:
+        """Namespaces that hold a page, in order of creation (None always first)."""
+        return list(self._namespaces)
+
+    def page_order(self, page: Page) -> tuple[int, Tokens]:
+        """Sort key of "path order": namespace by namespace (:meth:`namespaces`), then path."""
+        return self._namespaces.index(page[0]), page[1]
+
+    def pages(self, worker: WorkerId) -> list[Page]:
         """The worker's pages, least recent (deepest first among equals) to most recent.
 
         For an exact worker, whose pages have no meaningful recency, in path order.
@@ -422,41 +471,47 @@ class BruteForceMetaTree:
         index = self._table.resolve(worker)
         pages = self._pages[index]
         if self._approximate(index):
-            return sorted(pages, key=lambda q: (pages[q], -len(q)))
-        return sorted(pages)
+            return sorted(pages, key=lambda q: (pages[q], -len(q[1])))
+        return sorted(pages, key=self.page_order)
 
-    def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
-        """One ``(page path, page start)`` record per held page, in :meth:`pages` order.
+    def dump(self, worker: WorkerId) -> list[DumpRecord]:
+        """One record per held page, in :meth:`pages` order.
 
-        Replaying them with ``insert(key, w, start=start)`` rebuilds the pages
-        and (for an approximate worker) their recency order.
+        Replaying them with ``insert(key, w, start=start, namespace=namespace)``
+        rebuilds the pages and (for an approximate worker) their recency order.
         """
         p = self._page_size
-        return [(np.array(q, dtype=np.uint32), len(q) - p) for q in self.pages(worker)]
+        return [
+            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns) for ns, q in self.pages(worker)
+        ]
 
-    def items(self, worker: WorkerId | None = None) -> list[tuple[Tokens, tuple[WorkerId, ...]]]:
-        """One ``(page path, holders)`` per page in the tree, in path order.
+    def items(
+        self, worker: WorkerId | None = None
+    ) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable]]:
+        """One ``(page path, holders, namespace)`` per page in the tree, in path order.
 
         Pages, not nodes: a tree's ``items()`` has one entry per run of pages.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
-        every: set[Tokens] = set()
-        for q in (q for pages in self._pages.values() for q in pages):
-            every.update(self._prefixes(q, 0, len(q)))
+        every: set[Page] = set()
+        for ns, q in (q for pages in self._pages.values() for q in pages):
+            every.update(self._prefixes(ns, q, 0, len(q)))
         out = []
-        for page in sorted(every):
+        for page in sorted(every, key=self.page_order):
             holders = tuple(
                 w for i, w in enumerate(slots) if w is not None and page in self._pages[i]
             )
             if index is None or page in self._pages[index]:
-                out.append((page, holders))
+                out.append((page[1], holders, page[0]))
         return out
 
-    def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
-        """(hash, page path) for every block hash of the worker, by hash."""
+    def _block_entries(
+        self, worker: WorkerId
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable]]:
+        """(hash, page path, namespace) for every block hash of the worker, by hash."""
         known = self._hashes[self._table.resolve(worker)]
-        return [(h, np.array(known[h], dtype=np.uint32)) for h in sorted(known)]
+        return [(h, np.array(known[h][1], dtype=np.uint32), known[h][0]) for h in sorted(known)]
 
     def check(self) -> None:
         """Verify the model's own invariants; raises AssertionError."""
@@ -464,14 +519,14 @@ class BruteForceMetaTree:
         for index, pages in self._pages.items():
             live = index < len(self._table.slots) and self._table.slots[index] is not None
             assert live or not pages, "a removed worker holds pages"
-            assert all(q and len(q) % p == 0 for q in pages), "a page is not whole"
+            assert all(q and len(q) % p == 0 for _, q in pages), "a page is not whole"
             for h, q in self._hashes[index].items():
                 assert q in pages, f"hash {h:#x} names a page the worker does not hold"
             assert len(set(self._hashes[index].values())) == len(self._hashes[index])
             capacity = self._table.capacities[index] if live else None
             if capacity is not None:
                 assert len(pages) * p <= capacity, "an approximate worker exceeds its capacity"
-                keys = {(stamp, len(q)) for q, stamp in pages.items()}
+                keys = {(stamp, len(q)) for (_, q), stamp in pages.items()}
                 assert len(keys) == len(pages), "two pages of a worker tie in recency"
 
 
@@ -480,7 +535,7 @@ class BruteForceMetaTree:
 # ---------------------------------------------------------------------------------------
 
 
-def block_hash_of(path: Sequence[int], salt: int = 0) -> int:
+def block_hash_of(path: Sequence[int], salt: int = 0, namespace: Hashable = None) -> int:
     """A deterministic 64-bit block hash of a page path (unsigned), as the operations use.
 
     Parameters
@@ -489,13 +544,18 @@ def block_hash_of(path: Sequence[int], salt: int = 0) -> int:
         The page's full token path from the root.
     salt : int, default 0
         Other salts give other hashes for the same page.
+    namespace : hashable, default None
+        The page's namespace: engines hash the LoRA adapter and cache salt in.
 
     Examples
     --------
     >>> block_hash_of([1, 2]) == block_hash_of((1, 2)) != block_hash_of([1, 2], salt=1)
     True
+    >>> block_hash_of([1, 2]) != block_hash_of([1, 2], namespace="lora")
+    True
     """
-    data = repr((salt, tuple(int(t) for t in path))).encode()
+    tag = () if namespace is None else (repr(namespace),)
+    data = repr((salt, tuple(int(t) for t in path), *tag)).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
@@ -517,37 +577,43 @@ class RemoveWorker:
 
 @dataclass(frozen=True)
 class Insert:
-    """``tree.insert(key, w, start=start)``."""
+    """``tree.insert(key, w, start=start, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 @dataclass(frozen=True)
 class Remove:
-    """``tree.remove(key, w, start=start)``."""
+    """``tree.remove(key, w, start=start, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 @dataclass(frozen=True)
 class Match:
-    """``tree.match(key, touch=touch)``; the outcome is ``(lengths, tree_length, best)``."""
+    """``tree.match(key, touch=touch, namespace=namespace)``; the outcome is
+    ``(lengths, tree_length, best)``."""
 
     key: list[int]
     touch: bool = False
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 @dataclass(frozen=True)
 class MatchMany:
-    """``tree.match_many(keys, touch=touch)``; ``as_array`` passes a 2-D array (equal lengths)."""
+    """``tree.match_many(keys, touch=touch, namespace=namespace)``; ``as_array`` passes a 2-D
+    array (equal lengths)."""
 
     keys: list[list[int]]
     touch: bool = False
     as_array: bool = False
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 #: Kinds of :class:`ApplyStored` calls: well-formed ones, and each way of being refused.
@@ -569,11 +635,12 @@ STORED_VARIANTS = (
 
 @dataclass(frozen=True)
 class ApplyStored:
-    """``tree.apply_stored(w, parent, hashes, tokens)`` for pages of ``key``.
+    """``tree.apply_stored(w, parent, hashes, tokens, namespace=namespace)`` for pages of ``key``.
 
     The blocks are the key's pages ``parent_pages`` to ``parent_pages + blocks``;
     the parent is the page before them (None at the root); hashes come from
-    :func:`block_hash_of`, altered as ``variant`` (one of :data:`STORED_VARIANTS`) says.
+    :func:`block_hash_of` (of the namespace and the path), altered as ``variant``
+    (one of :data:`STORED_VARIANTS`) says.
     """
 
     worker: int
@@ -581,13 +648,15 @@ class ApplyStored:
     parent_pages: int
     blocks: int
     variant: str = "ok"
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 @dataclass(frozen=True)
 class ApplyRemoved:
     """``tree.apply_removed(w, hashes)`` for the pages of ``key`` from ``first_page`` on.
 
-    ``salt`` 0 names them as :class:`ApplyStored` "ok" does; ``tier`` other than 0 is refused.
+    ``salt`` 0 names them as :class:`ApplyStored` "ok" does in ``namespace`` (a
+    removal itself carries no namespace); ``tier`` other than 0 is refused.
     """
 
     worker: int
@@ -595,6 +664,7 @@ class ApplyRemoved:
     first_page: int = 0
     salt: int = 0
     tier: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
 
 
 @dataclass(frozen=True)
@@ -633,10 +703,15 @@ def _stored_args(op: ApplyStored, page_size: int) -> tuple[Any, Any, Any, dict[s
     key = [int(t) for t in op.key]
     first = op.parent_pages * p
     end = first + op.blocks * p
-    parent: Any = block_hash_of(key[:first]) if first else None
-    hashes: Any = [block_hash_of(key[: first + (i + 1) * p]) for i in range(op.blocks)]
+    ns = op.namespace if _hashable(op.namespace) else None
+
+    def hash_of(path: list[int], salt: int = 0) -> int:
+        return block_hash_of(path, salt, ns)
+
+    parent: Any = hash_of(key[:first]) if first else None
+    hashes: Any = [hash_of(key[: first + (i + 1) * p]) for i in range(op.blocks)]
     tokens: Any = key[first:end]
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {} if op.namespace is None else {"namespace": op.namespace}
     v = op.variant
     if v == "signed":
         hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
@@ -645,16 +720,16 @@ def _stored_args(op: ApplyStored, page_size: int) -> tuple[Any, Any, Any, dict[s
         hashes = np.array(hashes, dtype=np.uint64)
         tokens = np.array(tokens, dtype=np.int64)
     elif v == "salted":
-        hashes = [block_hash_of(key[: first + (i + 1) * p], salt=1) for i in range(op.blocks)]
+        hashes = [hash_of(key[: first + (i + 1) * p], salt=1) for i in range(op.blocks)]
     elif v == "unknown_parent":
-        parent = block_hash_of(key[:first], salt=99)
+        parent = hash_of(key[:first], salt=99)
     elif v == "cycle" and hashes:
         hashes[-1] = parent if parent is not None else hashes[0]
     elif v == "repeat" and hashes:
         hashes.append(hashes[0])
         tokens = tokens + tokens[-p:]
     elif v == "other_page" and hashes:
-        hashes[-1] = block_hash_of(key[:p])
+        hashes[-1] = hash_of(key[:p])
     elif v == "bad_count":
         tokens = [*tokens, 0]
     elif v == "tier":
@@ -671,7 +746,16 @@ def _removed_hashes(op: ApplyRemoved, page_size: int) -> list[int]:
     key = [int(t) for t in op.key]
     n = len(key) // page_size * page_size
     ends = range((op.first_page + 1) * page_size, n + 1, page_size)
-    return [block_hash_of(key[:k], salt=op.salt) for k in ends]
+    ns = op.namespace if _hashable(op.namespace) else None
+    return [block_hash_of(key[:k], op.salt, ns) for k in ends]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _plain(value: Any) -> Any:
@@ -695,18 +779,18 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
     if isinstance(op, RemoveWorker):
         return int(tree.remove_worker(pick(op.worker)))
     if isinstance(op, Insert):
-        return int(tree.insert(op.key, pick(op.worker), start=op.start))
+        return int(tree.insert(op.key, pick(op.worker), start=op.start, namespace=op.namespace))
     if isinstance(op, Remove):
-        return int(tree.remove(op.key, pick(op.worker), start=op.start))
+        return int(tree.remove(op.key, pick(op.worker), start=op.start, namespace=op.namespace))
     if isinstance(op, Match):
-        m = tree.match(op.key, touch=op.touch)
+        m = tree.match(op.key, touch=op.touch, namespace=op.namespace)
         best = m.best()
         return (m.lengths.tolist(), int(m.tree_length), best)
     if isinstance(op, MatchMany):
         keys: Any = op.keys
         if op.as_array and keys and len({len(k) for k in keys}) == 1:
             keys = np.array(keys, dtype=np.int64).reshape(len(keys), len(keys[0]))
-        return _plain(tree.match_many(keys, touch=op.touch))
+        return _plain(tree.match_many(keys, touch=op.touch, namespace=op.namespace))
     if isinstance(op, ApplyStored):
         parent, hashes, tokens, kwargs = _stored_args(op, p)
         return int(tree.apply_stored(pick(op.worker), parent, hashes, tokens, **kwargs))
@@ -718,8 +802,10 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
     records: list[Any] = []
     for k, rec in enumerate(op.records):
         if isinstance(rec, ApplyStored):
-            parent, hashes, tokens, _ = _stored_args(rec, p)
-            records.append(("stored", pick(rec.worker), parent, hashes, tokens))
+            parent, hashes, tokens, kwargs = _stored_args(rec, p)
+            kwargs.pop("tier", None)  # records take no tier
+            record = ("stored", pick(rec.worker), parent, hashes, tokens)
+            records.append((*record, kwargs) if kwargs else record)
         elif isinstance(rec, ApplyRemoved):
             records.append(("removed", pick(rec.worker), _removed_hashes(rec, p)))
         elif isinstance(rec, ApplyCleared):
@@ -845,7 +931,7 @@ def _operation_lists(
         start = draw(st.integers(0, whole)) * p if draw(st.booleans()) else 0
         if draw(st.integers(0, 9)) == 0:  # a bad start: ragged or beyond the key
             start = draw(st.sampled_from([start + 1, (whole + 1) * p, -p]))
-        return cls(k, draw(worker), start)
+        return cls(k, draw(worker), start, draw(namespace))
 
     @st.composite
     def stored(draw: st.DrawFn) -> ApplyStored:
@@ -853,8 +939,8 @@ def _operation_lists(
         whole = len(k) // p
         parent = draw(st.integers(0, whole))
         blocks = draw(st.integers(0, whole - parent))
-        variant = st.sampled_from(STORED_VARIANTS)
-        return ApplyStored(draw(worker), k, parent, blocks, draw(st.just("ok") | variant))
+        variant = draw(st.just("ok") | st.sampled_from(STORED_VARIANTS))
+        return ApplyStored(draw(worker), k, parent, blocks, variant, draw(namespace))
 
     @st.composite
     def removed(draw: st.DrawFn) -> ApplyRemoved:
@@ -862,9 +948,11 @@ def _operation_lists(
         first = draw(st.integers(0, max(0, len(k) // p - 1)))
         salt = draw(st.sampled_from([0, 0, 0, 1]))
         tier = draw(st.sampled_from([0] * 9 + [2]))
-        return ApplyRemoved(draw(worker), k, first, salt, tier)
+        return ApplyRemoved(draw(worker), k, first, salt, tier, draw(namespace))
 
     worker = st.integers(-1, max_workers * 2)
+    # Mostly the default namespace, then two others; [] (unhashable) is refused.
+    namespace: st.SearchStrategy[Any] = st.sampled_from([None, None, None, None, "lora", 3, []])
     name = st.sampled_from(["w0", "w1", "w2", "w3", "w4", "w5"][:max_workers])
     capacity = st.none() | st.sampled_from([0, p, 2 * p, 4 * p, 6 * p])
     add: st.SearchStrategy[MetaOperation] = st.builds(
@@ -873,9 +961,9 @@ def _operation_lists(
     remove_worker: st.SearchStrategy[MetaOperation] = st.builds(RemoveWorker, worker)
     insert: st.SearchStrategy[MetaOperation] = keyed_start(Insert)
     remove: st.SearchStrategy[MetaOperation] = keyed_start(Remove)
-    match: st.SearchStrategy[MetaOperation] = st.builds(Match, key(), st.booleans())
+    match: st.SearchStrategy[MetaOperation] = st.builds(Match, key(), st.booleans(), namespace)
     many: st.SearchStrategy[MetaOperation] = st.builds(
-        MatchMany, st.lists(key(), max_size=3), st.booleans(), st.booleans()
+        MatchMany, st.lists(key(), max_size=3), st.booleans(), st.booleans(), namespace
     )
     store: st.SearchStrategy[MetaOperation] = stored()
     unstore: st.SearchStrategy[MetaOperation] = removed()
@@ -916,10 +1004,11 @@ def meta_operations(
     without ``touch``, stored/removed/cleared block events built from the
     keys' pages, batches of event records, and worker removals. Keys come
     from one pool of stems (:func:`meta_key_pools`) per example, cut at page
-    boundaries, sometimes with a ragged tail that the tree must ignore. About
-    one call in ten has a bad argument (a bad ``start``, a stale or foreign
-    worker, an unknown parent, a conflicting or repeated hash, a bad tier,
-    token count or hash value).
+    boundaries, sometimes with a ragged tail that the tree must ignore. Calls
+    that name pages take a namespace, mostly the default. About one call in
+    ten has a bad argument (a bad ``start``, a stale or foreign worker, an
+    unknown parent, a conflicting or repeated hash, a bad tier, token count,
+    hash value or namespace).
 
     Parameters
     ----------

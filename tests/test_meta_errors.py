@@ -48,7 +48,7 @@ def stale(worker: WorkerId) -> str:
 
 def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     """A tree (page size 2) with exact and approximate workers, token paths, block hashes
-    (one signed), a removed worker and its index reused."""
+    (one signed), pages in two other namespaces, a removed worker and its index reused."""
     tree = cls(2)
     a = tree.add_worker("a")
     b = tree.add_worker("b", 1)
@@ -60,6 +60,8 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     tree.apply_stored(a, None, [0xA1, 0xA2], [1, 2, 3, 4])
     tree.apply_stored(b, None, [0xB1], [5, 5])
     tree.apply_stored(c, None, [-5], [8, 8])
+    tree.insert([1, 2, 3, 4], b, namespace="lora")
+    tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
     tree.insert([3, 3, 3, 3], gone)
     tree.remove_worker(gone)
     reused = tree.add_worker("reused")
@@ -68,19 +70,25 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     return tree, {"a": a, "b": b, "c": c, "reused": reused}
 
 
+def plain(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
+
+
 def state(tree: Any) -> dict[str, Any]:
     """Everything observable without changing the tree."""
     out: dict[str, Any] = {
-        "items": [(k.tolist(), h) for k, h in tree.items()],
+        "items": plain(tree.items()),
+        "namespaces": tree.namespaces(),
         "node_count": tree.node_count,
         "n_workers": tree.n_workers,
         "workers": tree.workers,
     }
     for w in tree.workers:
         out[w.name] = (
-            [(k.tolist(), s) for k, s in tree.dump(w)],
+            plain(tree.dump(w)),
             tree.held_tokens(w),
-            [(h, k.tolist()) for h, k in tree._block_entries(w)],
+            plain(tree._block_entries(w)),
             tree.capacity_of(w),
         )
     return out
@@ -204,6 +212,49 @@ case("insert: key before start", InputTypeError, "key[0] must be an integer, got
 case("remove: worker before key", StaleWorkerError, stale(GONE))(
     lambda t, w: t.remove("bad", GONE, start=-1)
 )
+
+# -- namespaces -------------------------------------------------------------------------------
+UNHASHABLE = "namespace must be hashable, got {}"
+NAMESPACE_METHODS: dict[str, Callable[[Any, dict[str, WorkerId], Any], Any]] = {
+    "insert": lambda t, w, ns: t.insert([1, 2], w["a"], namespace=ns),
+    "remove": lambda t, w, ns: t.remove([1, 2], w["a"], namespace=ns),
+    "match": lambda t, w, ns: t.match([1, 2], touch=True, namespace=ns),
+    "match_many": lambda t, w, ns: t.match_many([[1, 2]], touch=True, namespace=ns),
+    "apply_stored": lambda t, w, ns: t.apply_stored(w["a"], None, [0xF1], [6, 6], namespace=ns),
+    "_bind_hash": lambda t, w, ns: t._bind_hash(w["a"], [1, 2], 0xF1, ns),
+}
+for label, ns in [("list", ["lora"]), ("dict", {}), ("set", {1})]:
+    for method, fn in NAMESPACE_METHODS.items():
+        case(f"{method}: namespace {label}", InputTypeError, UNHASHABLE.format(label))(
+            lambda t, w, fn=fn, ns=ns: fn(t, w, ns)
+        )
+for method, fn, exc, message in [
+    ("insert", lambda t, w: t.insert([1, 2], w["a"], start=1, namespace=[]), InvalidInputError,
+     "start must be a multiple of page_size (2), got 1"),
+    ("match", lambda t, w: t.match([1, 2], touch=1, namespace=[]), InputTypeError,
+     "touch must be a bool, got int"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6.5], namespace=[]),
+     InputTypeError, "key[0] must be an integer, got float"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], namespace=[]),
+     InputTypeError, UNHASHABLE.format("list")),
+]:  # fmt: skip
+    case(f"{method}: checking order with a namespace ({message})", exc, message)(fn)
+for label, args, namespace, exc, message in [
+    ("parent in another namespace", (0xA1, [0xF1], [6, 6]), "lora", UnknownParentError,
+     "parent_hash 0x00000000000000a1 names no block that worker ('a', dp_rank=0) holds "
+     "in namespace 'lora'"),
+    ("parent of the default namespace", (0xC1, [0xF1], [6, 6]), None, UnknownParentError,
+     "parent_hash 0x00000000000000c1 names no block that worker ('a', dp_rank=0) holds"),
+    ("hash of another namespace", (None, [0xC1], [1, 2]), None, BlockConflictError,
+     "block_hashes[0] = 0x00000000000000c1 already names a different block "
+     "of worker ('a', dp_rank=0)"),
+    ("hash of the default namespace", (None, [0xA1], [1, 2]), "lora", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000a1 already names a different block "
+     "of worker ('a', dp_rank=0)"),
+]:  # fmt: skip
+    case(f"apply_stored: {label}", exc, message)(
+        lambda t, w, args=args, ns=namespace: t.apply_stored(w["a"], *args, namespace=ns)
+    )
 
 # -- match ------------------------------------------------------------------------------------
 for label, touch in [("int", 1), ("None", None), ("str", "yes")]:
@@ -422,8 +473,15 @@ def test_event_batch_statuses(meta_impl: type) -> None:
         ("stored", a, 0xD1, [0xD4], np.array([7, 7])),  # applied: chains onto the first
         ("stored", a, -1, [0xD5], [8, 8]),  # unknown (signed) parent
         ("cleared", w["reused"]),  # applied
+        ("stored", a, None, [0xD6], [6, 6], {"namespace": "lora"}),  # applied
+        ("stored", a, 0xD6, [0xD7], [6, 6], {"namespace": None}),  # the parent is in "lora"
+        ("stored", a, None, [0xD8], [6, 6], {"namespace": []}),  # unhashable
+        ("stored", a, None, [0xD8], [6, 6], {"salt": 1}),  # not an option
+        ("stored", a, None, [0xD8], [6, 6], ["namespace", "x"]),  # options are a dict
+        ("removed", a, [0xD6], {"namespace": "lora"}),  # removals take no namespace
+        ("cleared", w["c"], {}),  # applied: no options
     ]
-    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0]
+    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0]
     status = tree.apply_events(iter(records))  # any iterable
     assert status.dtype == np.int8
     assert status.tolist() == expected
@@ -437,6 +495,8 @@ def test_event_batch_statuses(meta_impl: type) -> None:
     twin.apply_removed(v["b"], [0xB1, 0x99])
     twin.apply_stored(v["a"], 0xD1, [0xD4], [7, 7])
     twin.apply_cleared(v["reused"])
+    twin.apply_stored(v["a"], None, [0xD6], [6, 6], namespace="lora")
+    twin.apply_cleared(v["c"])
     assert state(tree) == state(twin)
     assert tree.apply_events([]).tolist() == []
 

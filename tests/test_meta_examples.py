@@ -7,8 +7,10 @@ generation bump, 1,024 workers, and ``dump`` / block-map replay (what pickling r
 
 from __future__ import annotations
 
+import gc
 import inspect
 import pickle
+import weakref
 from typing import Any
 
 import numpy as np
@@ -16,24 +18,33 @@ import pytest
 from conftest import META_CORES, NATIVE_META, REFERENCE_META
 
 from radixmeta import BlockStatus, MetaTree, WorkerId
-from radixmeta.errors import StaleWorkerError, UnknownParentError
+from radixmeta.errors import InvalidInputError, StaleWorkerError, UnknownParentError
+
+
+def plain(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
 
 
 def items(tree: Any) -> list[tuple[list[int], list[str]]]:
-    return [(k.tolist(), [w.name for w in h]) for k, h in tree.items()]
+    """(key, holder names) of the default namespace's nodes."""
+    return [(k.tolist(), [w.name for w in h]) for k, h, ns, *_ in tree.items() if ns is None]
 
 
 def dump(tree: Any, worker: WorkerId) -> list[tuple[list[int], int]]:
-    return [(k.tolist(), s) for k, s in tree.dump(worker)]
+    return [(k.tolist(), s) for k, s, *_ in tree.dump(worker)]
 
 
 def entries(tree: Any, worker: WorkerId) -> list[tuple[int, list[int]]]:
-    return [(h, k.tolist()) for h, k in tree._block_entries(worker)]
+    return [(h, k.tolist()) for h, k, *_ in tree._block_entries(worker)]
 
 
 def state(tree: Any) -> Any:
-    per_worker = {w: (dump(tree, w), tree.held_tokens(w), entries(tree, w)) for w in tree.workers}
-    return items(tree), per_worker, tree.n_workers
+    per_worker = {
+        w: (plain(tree.dump(w)), tree.held_tokens(w), plain(tree._block_entries(w)))
+        for w in tree.workers
+    }
+    return plain(tree.items()), tree.namespaces(), per_worker, tree.n_workers
 
 
 def test_gap_rule(meta_impl: type) -> None:
@@ -112,7 +123,7 @@ def test_repeated_stored_event_changes_nothing(meta_impl: type) -> None:
     assert state(tree) == before
     # The same page under another hash: the page is renamed, the old hash forgotten.
     assert tree.apply_stored(w, 0xA2, [0xB2], turn) == 0
-    assert [h for h, _ in tree._block_entries(w)] == [0xA2, 0xB2, big]
+    assert [h for h, *_ in tree._block_entries(w)] == [0xA2, 0xB2, big]
     with pytest.raises(UnknownParentError):
         tree.apply_stored(w, 0xB1, [0xC1], turn)
     tree.check()
@@ -252,16 +263,89 @@ def test_dump_replay_restores_pages_recency_and_hashes(meta_impl: type) -> None:
     copy = meta_impl(2)
     for worker in tree.workers:
         twin = copy.add_worker(worker.name, worker.dp_rank, capacity=tree.capacity_of(worker))
-        for key, start in tree.dump(worker):
-            copy.insert(key, twin, start=start)
-        for block_hash, key in tree._block_entries(worker):
-            copy._bind_hash(twin, key, block_hash)
+        for key, start, namespace in tree.dump(worker):
+            copy.insert(key, twin, start=start, namespace=namespace)
+        for block_hash, key, namespace in tree._block_entries(worker):
+            copy._bind_hash(twin, key, block_hash, namespace)
     assert state(copy) == state(tree)
     # Same recency: the next insert evicts the same pages on both.
     for t in (tree, copy):
         t.insert([5, 5, 5, 5], t.worker("w"))
     assert state(copy) == state(tree)
     copy.check()
+
+
+# -- namespaces ------------------------------------------------------------------------------
+def test_namespaces_never_share_nodes(meta_impl: type) -> None:
+    tree = meta_impl(2)
+    a, b = tree.add_worker("a"), tree.add_worker("b")
+    key = [1, 2, 3, 4]
+    assert tree.insert(key, a) == 2
+    assert tree.insert(key, b, namespace="lora-1") == 2  # the same tokens, another adapter
+    assert tree.node_count == 2
+    assert tree.match(key).lengths.tolist() == [4, 0]
+    assert tree.match(key, namespace="lora-1").lengths.tolist() == [0, 4]
+    assert tree.match(key, namespace="nobody").tree_length == 0  # creates nothing
+    assert tree.match_many([key, key[:2]], namespace="lora-1").tolist() == [[0, 4], [0, 2]]
+    assert tree.namespaces() == [None, "lora-1"]
+    assert [(r.namespace, r.holders) for r in tree.items()] == [(None, (a,)), ("lora-1", (b,))]
+    # A parent is looked up in the event's namespace; a removal finds a hash in any.
+    tree.apply_stored(a, None, [0xA1], [5, 5], namespace=("salt", 7))
+    with pytest.raises(UnknownParentError, match=r"holds in namespace 'lora-1'$"):
+        tree.apply_stored(a, 0xA1, [0xA2], [6, 6], namespace="lora-1")
+    assert tree.apply_stored(a, 0xA1, [0xA2], [6, 6], namespace=("salt", 7)) == 1
+    assert tree.namespaces() == [None, "lora-1", ("salt", 7)]
+    assert tree.apply_removed(a, [0xA1, 0xA2]) == 2
+    assert tree.namespaces() == [None, "lora-1"]  # emptied: its root is gone
+    assert tree.remove(key, b, namespace="lora-1") == 2
+    assert tree.insert(key, b, start=4, namespace="new") == 0  # nothing to mark: no namespace
+    assert (tree.namespaces(), tree.node_count) == ([None], 1)
+    tree.check()
+
+
+def test_emptied_namespaces_are_forgotten(meta_impl: type) -> None:
+    """Every route that empties a namespace drops the tree's reference to its object."""
+
+    class Salt:  # hashable by identity, and weakly referable
+        pass
+
+    tree = meta_impl(2)
+    w, x = tree.add_worker("w"), tree.add_worker("x", capacity=2)
+
+    def refused(salt: Salt) -> None:
+        with pytest.raises(InvalidInputError):
+            tree.insert([1, 2], w, namespace=salt, start=-1)
+
+    routes = [
+        lambda s: tree.match([1, 2], namespace=s, touch=True),
+        lambda s: tree.insert([1, 2], w, start=2, namespace=s),
+        lambda s: (tree.insert([1, 2], w, namespace=s), tree.remove([1, 2], w, namespace=s)),
+        lambda s: (
+            tree.apply_stored(w, None, [5], [1, 2], namespace=s),
+            tree.apply_removed(w, [5]),
+        ),
+        lambda s: (tree.apply_stored(w, None, [6], [1, 2], namespace=s), tree.apply_cleared(w)),
+        lambda s: (tree.insert([1, 2], x, namespace=s), tree.insert([3, 3], x)),  # evicted
+        lambda s: tree.apply_events([("stored", w, None, [7], [1], {"namespace": s})]),  # invalid
+        refused,
+    ]
+    for route in routes:
+        salt = Salt()
+        ref = weakref.ref(salt)
+        route(salt)
+        del salt
+        gc.collect()
+        assert ref() is None
+    v = tree.add_worker("v")
+    salt = Salt()
+    tree.insert([1, 2], v, namespace=salt)
+    assert tree.namespaces() == [None, salt]
+    ref = weakref.ref(salt)
+    tree.remove_worker(v)
+    del salt
+    gc.collect()
+    assert ref() is None and tree.namespaces() == [None]
+    tree.check()
 
 
 class _RefTree(REFERENCE_META):  # a MetaTree on the reference core, whatever the backend
@@ -288,6 +372,8 @@ def test_pickle_round_trip(cls: type) -> None:
     tree.insert([1, 2, 3, 4], a, start=2)
     tree.apply_stored(w, None, [0xB1, -7], [1, 2, 5, 5])
     tree.insert([9, 9], w)
+    tree.insert([1, 2, 3, 4], a, namespace="lora")
+    tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
     copy = pickle.loads(pickle.dumps(tree))
     assert type(copy) is cls
     assert state(copy) == state(tree)
@@ -353,7 +439,7 @@ def test_reentry_from_a_key_element_cannot_corrupt_the_tree(meta_impl: type) -> 
             return 7
 
     tree.apply_stored(w, None, [10, 11, 12], [1, 2, RunsAnotherEvent()])
-    assert [(h, k.tolist()) for h, k in tree._block_entries(w)] == [
+    assert entries(tree, w) == [
         (10, [1]),
         (11, [1, 2]),
         (12, [1, 2, 7]),

@@ -10,6 +10,11 @@ boundaries, so paths overlap a lot; workers come and go (index reuse), some with
 capacity so that approximate eviction happens all the time, and bad inputs (stale or
 foreign workers, unknown parents, conflicting hashes, bad starts and tiers) are mixed in.
 
+Every page-naming call also takes a namespace (mostly the default, sometimes one of a few
+others of different types, now and then an unhashable one), so namespaces are created,
+emptied (their roots freed) and created again, and a hash stored in one namespace is used
+as a parent in another.
+
 Two machines: a handful of workers, and one that starts with 66 to 70 workers and sends
 most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
 """
@@ -17,7 +22,7 @@ most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
 from __future__ import annotations
 
 import doctest
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -68,6 +73,8 @@ WHO = st.tuples(
 # start, in pages, or a bad one.
 STARTS = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3, "end", "end", "ragged", "beyond"])
 TOUCH = st.sampled_from([False, False, True, True, True, 1])
+# Namespaces: mostly the default; "lora" and 7 and b"salt" are three others; [] is unhashable.
+NAMESPACE = st.sampled_from([None] * 6 + ["lora", "lora", 7, b"salt", []])
 
 
 def plain(value: Any) -> Any:
@@ -82,26 +89,37 @@ def plain(value: Any) -> Any:
     return value
 
 
-def node_pages(tree: Any) -> list[tuple[Tokens, tuple[WorkerId, ...]]]:
-    """A tree's ``items()`` expanded to one (page path, holders) per page, in path order."""
+def node_pages(tree: Any) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable]]:
+    """A tree's ``items()`` expanded to one (page path, holders, namespace) per page, in path
+    order (namespace by namespace, as ``namespaces()`` lists them)."""
     p = tree.page_size
-    items = [(tuple(int(t) for t in key), holders) for key, holders in tree.items()]
-    ends = {key for key, _ in items}
+    order = tree.namespaces()
+    items = [(tuple(int(t) for t in key), holders, ns) for key, holders, ns in tree.items()]
+    ends = {(ns, key) for key, _, ns in items}
     out = []
-    for key, holders in items:
-        start = max((len(e) for e in ends if len(e) < len(key) and key[: len(e)] == e), default=0)
-        out.extend((key[:end], holders) for end in range(start + p, len(key) + 1, p))
-    return sorted(out)
+    for key, holders, ns in items:
+        start = max(
+            (len(e) for n, e in ends if n == ns and len(e) < len(key) and key[: len(e)] == e),
+            default=0,
+        )
+        out.extend((key[:end], holders, ns) for end in range(start + p, len(key) + 1, p))
+    return sorted(out, key=lambda page: (order.index(page[2]), page[0]))
 
 
-def dump_pages(tree: Any, worker: WorkerId) -> list[Tokens]:
-    """A tree's ``dump(worker)`` expanded to pages, deepest first within each record."""
+def plain_records(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
+
+
+def dump_pages(tree: Any, worker: WorkerId) -> list[tuple[Hashable, Tokens]]:
+    """A tree's ``dump(worker)`` expanded to (namespace, page path), deepest first within each
+    record."""
     p = tree.page_size
-    out: list[Tokens] = []
-    for key, start in tree.dump(worker):
+    out: list[tuple[Hashable, Tokens]] = []
+    for key, start, ns in tree.dump(worker):
         toks = tuple(int(t) for t in key)
         assert start % p == 0 and start < len(toks)
-        out.extend(toks[:end] for end in range(len(toks), start, -p))
+        out.extend((ns, toks[:end]) for end in range(len(toks), start, -p))
     return out
 
 
@@ -215,36 +233,40 @@ class MetaMachine(RuleBasedStateMachine):
         self.call(lambda t: t.worker(w.name, w.dp_rank))
 
     # -- rules: token paths -------------------------------------------------------------------
-    @rule(calls=st.lists(st.tuples(WHO, KEYS, STARTS, st.booleans()), min_size=1, max_size=3))
-    def insert(self, calls: list[tuple[Any, Any, Any, bool]]) -> None:
+    @rule(
+        calls=st.lists(
+            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE), min_size=1, max_size=3
+        )
+    )
+    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any]]) -> None:
         # Up to three inserts per step, so that trees grow between removals and evictions.
-        for who, key, start, as_array in calls:
+        for who, key, start, as_array, ns in calls:
             w, toks = self.who(who), self.key(key)
             s = self.start(start, toks)
             arg = np.array(toks, dtype=np.int64) if as_array else toks
-            self.call(lambda t, w=w, arg=arg, s=s: t.insert(arg, w, start=s))
+            self.call(lambda t, w=w, arg=arg, s=s, ns=ns: t.insert(arg, w, start=s, namespace=ns))
 
-    @rule(who=WHO, key=KEYS, start=STARTS)
-    def remove(self, who: tuple[str, int], key: Any, start: Any) -> None:
+    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE)
+    def remove(self, who: tuple[str, int], key: Any, start: Any, ns: Any) -> None:
         w, toks = self.who(who), self.key(key)
         s = self.start(start, toks)
-        self.call(lambda t: t.remove(toks, w, start=s))
+        self.call(lambda t: t.remove(toks, w, start=s, namespace=ns))
 
-    @rule(key=KEYS, touch=TOUCH, who=WHO)
-    def match(self, key: Any, touch: Any, who: tuple[str, int]) -> None:
+    @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE)
+    def match(self, key: Any, touch: Any, who: tuple[str, int], ns: Any) -> None:
         toks = self.key(key)
-        outcome = self.call(lambda t: t.match(toks, touch=touch))
+        outcome = self.call(lambda t: t.match(toks, touch=touch, namespace=ns))
         if outcome[0] == "ok":
             # length_of on a fresh match: a live worker, or the same error everywhere.
             w = self.who(who)
-            self.call(lambda t: t.match(toks).length_of(w))
+            self.call(lambda t: t.match(toks, namespace=ns).length_of(w))
 
-    @rule(keys=st.lists(KEYS, max_size=4), touch=TOUCH, as_array=st.booleans())
-    def match_many(self, keys: list[Any], touch: Any, as_array: bool) -> None:
+    @rule(keys=st.lists(KEYS, max_size=4), touch=TOUCH, as_array=st.booleans(), ns=NAMESPACE)
+    def match_many(self, keys: list[Any], touch: Any, as_array: bool, ns: Any) -> None:
         rows: Any = [self.key(k) for k in keys]
         if as_array and rows and len({len(r) for r in rows}) == 1:
             rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
-        self.call(lambda t: t.match_many(rows, touch=touch))
+        self.call(lambda t: t.match_many(rows, touch=touch, namespace=ns))
 
     # -- rules: block events -------------------------------------------------------------------
     @rule(
@@ -253,14 +275,15 @@ class MetaMachine(RuleBasedStateMachine):
         parent=st.integers(0, 4),
         blocks=st.integers(0, 4),
         variant=st.just("ok") | st.sampled_from(STORED_VARIANTS),
+        ns=NAMESPACE,
     )
     def apply_stored(
-        self, who: tuple[str, int], key: Any, parent: int, blocks: int, variant: str
+        self, who: tuple[str, int], key: Any, parent: int, blocks: int, variant: str, ns: Any
     ) -> None:
         w, toks = self.who(who), self.key(key)
         whole = len(toks) // self.p
         parent = min(parent, whole)
-        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant)
+        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant, ns)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
     @rule(
@@ -269,17 +292,28 @@ class MetaMachine(RuleBasedStateMachine):
         stem=st.integers(0, 7),
         blocks=st.integers(1, 3),
         signed=st.booleans(),
-        bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count"]),
+        bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count", "namespace"]),
+        ns=NAMESPACE,
     )
     def stored_chain(
-        self, who: tuple[str, int], pick: int, stem: int, blocks: int, signed: bool, bad: Any
+        self,
+        who: tuple[str, int],
+        pick: int,
+        stem: int,
+        blocks: int,
+        signed: bool,
+        bad: Any,
+        ns: Any,
     ) -> None:
-        """An event chained onto a block the worker holds (or the root); ``bad`` spoils it."""
+        """An event chained onto a block the worker holds (in the parent's namespace), or onto
+        the root of ``ns``; ``bad`` spoils it ("namespace": the parent is in another one)."""
         w = self.who(who)
         entries = self.model._block_entries(w) if w in self.live() else []
         if entries and pick % 4:
-            parent, base_arr = entries[pick % len(entries)]
+            parent, base_arr, ns = entries[pick % len(entries)]
             base: list[int] = [int(t) for t in base_arr]
+            if bad == "namespace":
+                ns = "elsewhere"
         else:
             parent, base = None, []
         # Continue along a stem that extends the parent's page if there is one.
@@ -302,7 +336,7 @@ class MetaMachine(RuleBasedStateMachine):
             tokens = tokens[:-1]
         if signed:
             hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
-        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens))
+        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, namespace=ns))
 
     @rule(who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans())
     def removed_known(self, who: tuple[str, int], pick: list[int], unknown: bool) -> None:
@@ -342,6 +376,7 @@ class MetaMachine(RuleBasedStateMachine):
                 KEYS,
                 st.integers(0, 3),
                 st.sampled_from(["ok", "ok", "ok", "unknown_parent", "cycle", "other_page"]),
+                NAMESPACE,
             ),
             max_size=5,
         )
@@ -349,13 +384,13 @@ class MetaMachine(RuleBasedStateMachine):
     def apply_events(self, records: list[Any]) -> None:
         workers: list[WorkerId] = []
         built: list[Any] = []
-        for kind, who, key, pages, variant in records:
+        for kind, who, key, pages, variant, ns in records:
             workers.append(self.who(who))
             k, toks = len(workers) - 1, self.key(key)
             whole = len(toks) // self.p
             if kind == "stored":
                 parent = min(pages, whole)
-                built.append(ApplyStored(k, toks, parent, whole - parent, variant))
+                built.append(ApplyStored(k, toks, parent, whole - parent, variant, ns))
             elif kind == "removed":
                 built.append(ApplyRemoved(k, toks, pages))
             elif kind == "cleared":
@@ -374,13 +409,14 @@ class MetaMachine(RuleBasedStateMachine):
             tree.check()
         self.model.check()
         first = self.trees[0]
-        items = [(k.tolist(), h) for k, h in first.items()]
+        items = plain_records(first.items())
         for tree in self.trees[1:]:
-            assert [(k.tolist(), h) for k, h in tree.items()] == items
+            assert plain_records(tree.items()) == items
             assert tree.node_count == first.node_count == len(items)
         for side in self.sides:
             assert side.workers == self.model.workers
             assert side.n_workers == self.model.n_workers
+            assert side.namespaces() == self.model.namespaces()
         assert node_pages(first) == self.model.items()
         for w in self.model.workers:
             if self.ALL_WORKERS_EVERY_STEP or w in self.named or w.index >= self.HOT_FROM:
@@ -395,13 +431,15 @@ class MetaMachine(RuleBasedStateMachine):
         exact = self.model.capacity_of(w) is None
         for tree in self.trees:
             assert tree.held_tokens(w) == self.model.held_tokens(w)
-            entries = [(h, k.tolist()) for h, k in tree._block_entries(w)]
-            assert entries == [(h, k.tolist()) for h, k in self.model._block_entries(w)]
+            entries = plain_records(tree._block_entries(w))
+            assert entries == plain_records(self.model._block_entries(w))
             assert tree.capacity_of(w) == self.model.capacity_of(w)
             assert tree.worker(w.name, w.dp_rank) == w
             pages = dump_pages(tree, w)
-            assert (sorted(pages) if exact else pages) == self.model.pages(w), (w, pages)
-        dumps = [[(k.tolist(), s) for k, s in tree.dump(w)] for tree in self.trees]
+            if exact:
+                pages.sort(key=self.model.page_order)
+            assert pages == self.model.pages(w), (w, pages)
+        dumps = [plain_records(tree.dump(w)) for tree in self.trees]
         assert all(d == dumps[0] for d in dumps)
 
     def teardown(self) -> None:

@@ -79,7 +79,7 @@ def _run(tree: Any, names: list[str], calls: list[tuple[Any, ...]], capacity: in
 
 def _pages(tree: Any, worker: Any) -> set[tuple[int, ...]]:
     out = set()
-    for key, start in tree.dump(worker):
+    for key, start, *_ in tree.dump(worker):
         toks = tuple(key.tolist())
         out.update(toks[:end] for end in range(start + PAGE, len(toks) + 1, PAGE))
     return out

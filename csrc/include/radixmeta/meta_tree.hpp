@@ -25,6 +25,12 @@
 //  * A match walks once, ANDing each node's holder bits into the set of
 //    workers still matching, and records for each worker the depth at which
 //    it dropped out: O(nodes on the path x active words) plus O(workers).
+//  * Namespaces (dense ids from the binding; 0 is the default) each have a
+//    root of their own, so their pages never share a node. A namespace other
+//    than the default has a root only while it holds a page: the first page
+//    creates it, and pruning its last node frees it (the id is then reported
+//    by take_dropped_namespaces, for the binding to recycle). Block hashes
+//    stay per worker across namespaces: removals carry no namespace.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +38,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -48,9 +55,10 @@ namespace radixmeta {
 struct MetaNode {
   const Token* label = nullptr;  // inside arena chunk `chunk`
   uint32_t length = 0;           // tokens on the edge into this node
-  uint32_t parent = kNoNode;
+  uint32_t parent = kNoNode;  // kNoNode for the roots
   uint32_t depth = 0;  // tokens from the root to the end of this node
   uint32_t chunk = 0;
+  uint32_t ns = 0;  // the namespace of the tree the node is in
   Children children;
   LocationSet holders;  // worker indices
   // Holders that do not name this node by its shared hash. Kept as the
@@ -76,6 +84,29 @@ class MetaTree {
     root_ = nodes_.allocate();
     nodes_[root_].alive = true;
   }
+
+  // ---- namespaces ----------------------------------------------------------
+
+  // The root of namespace ns, or kNoNode while the namespace holds nothing.
+  uint32_t root_of(uint32_t ns) const {
+    if (ns == 0) return root_;
+    const auto it = roots_.find(ns);
+    return it == roots_.end() ? kNoNode : it->second.node;
+  }
+
+  // Namespaces that have a root, in order of creation (the default first).
+  std::vector<uint32_t> namespace_ids() const {
+    std::vector<std::pair<uint64_t, uint32_t>> by_serial;
+    for (const auto& entry : roots_) by_serial.emplace_back(entry.second.serial, entry.first);
+    std::sort(by_serial.begin(), by_serial.end());
+    std::vector<uint32_t> out{0};
+    for (const auto& entry : by_serial) out.push_back(entry.second);
+    return out;
+  }
+
+  bool has_dropped_namespaces() const { return !dropped_namespaces_.empty(); }
+  // Ids of the namespaces whose roots were freed since the last call.
+  std::vector<uint32_t> take_dropped_namespaces() { return std::exchange(dropped_namespaces_, {}); }
 
   uint32_t page_size() const { return page_size_; }
   uint32_t node_count() const { return node_count_; }
@@ -127,14 +158,19 @@ class MetaTree {
 
   // ---- token-path operations ---------------------------------------------
 
-  // Marks the pages of key[start, n) as held by w; returns the pages newly marked.
-  uint64_t insert(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+  // Marks the pages of key[start, n) in namespace ns as held by w; returns
+  // the pages newly marked.
+  uint64_t insert(uint32_t ns, const Token* key, uint64_t n, uint32_t w, uint64_t start) {
     detail::check_key_length(n);
     n -= n % page_size_;
     ++clock_;
     Worker& wk = workers_[w];
     uint64_t newly = 0;
-    uint32_t node = root_;
+    uint32_t node = root_of(ns);
+    if (node == kNoNode) {
+      if (start >= n) return 0;  // nothing to mark: an empty namespace costs nothing
+      node = make_root(ns);
+    }
     uint64_t pos = 0;
     while (pos < n) {
       uint32_t c = find_child(node, key + pos);
@@ -178,21 +214,21 @@ class MetaTree {
       pos = end;
     }
     if (wk.approximate()) {
-      refresh_path(w, key, n);
+      refresh_path(w, root_of(ns), key, n);
       evict(w);
     }
     return newly;
   }
 
-  // Unmarks the pages of key[start, n) held by w; returns how many.
-  uint64_t remove(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+  // Unmarks the pages of key[start, n) in namespace ns held by w; returns how many.
+  uint64_t remove(uint32_t ns, const Token* key, uint64_t n, uint32_t w, uint64_t start) {
     detail::check_key_length(n);
     n -= n % page_size_;
     uint64_t removed = 0;
-    uint32_t node = root_;
+    uint32_t node = root_of(ns);
     uint64_t pos = 0;
     uint32_t deepest = kNoNode;
-    while (pos < n) {
+    while (node != kNoNode && pos < n) {
       uint32_t c = find_child(node, key + pos);
       if (c == kNoNode) break;
       const uint64_t m = matched(c, key + pos, n - pos);
@@ -219,9 +255,11 @@ class MetaTree {
     return removed;
   }
 
-  // Per-worker matched lengths of key into lengths[0, slots) (slots >= the
-  // number of worker indices); returns how much of the key is in the tree.
-  uint64_t match(const Token* key, uint64_t n, bool touch, int64_t* lengths, uint32_t slots) {
+  // Per-worker matched lengths of key in namespace ns into lengths[0, slots)
+  // (slots >= the number of worker indices); returns how much of the key is
+  // in the tree.
+  uint64_t match(uint32_t ns, const Token* key, uint64_t n, bool touch, int64_t* lengths,
+                 uint32_t slots) {
     detail::check_key_length(n);
     n -= n % page_size_;
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
@@ -244,7 +282,8 @@ class MetaTree {
     if (touch) path_.clear();
     uint64_t pos = 0;
     uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
-    uint32_t c = n == 0 ? kNoNode : find_child(root_, key);
+    const uint32_t root = root_of(ns);
+    uint32_t c = n == 0 || root == kNoNode ? kNoNode : find_child(root, key);
     while (c != kNoNode) {
       const MetaNode& cn = nodes_[c];
       const uint64_t m = matched(c, key + pos, n - pos);
@@ -270,14 +309,15 @@ class MetaTree {
 
   // ---- engine block operations -------------------------------------------
 
-  // Validates a stored event of w: parent (when has_parent), the blocks' hashes
-  // and their pages (tokens holds n_blocks pages). Changes nothing.
-  StoredCheck check_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
-                           uint32_t n_blocks, const Token* tokens) {
-    uint32_t node = root_;
+  // Validates a stored event of w in namespace ns: parent (when has_parent;
+  // it must be a page of that namespace), the blocks' hashes and their pages
+  // (tokens holds n_blocks pages). Changes nothing.
+  StoredCheck check_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
+                           const uint64_t* hashes, uint32_t n_blocks, const Token* tokens) {
+    uint32_t node = root_of(ns);  // kNoNode: the namespace is new, every block a new page
     if (has_parent) {
       node = named_node(w, parent);
-      if (node == kNoNode) return refuse(StoredCheck::kUnknownParent, 0);
+      if (node == kNoNode || nodes_[node].ns != ns) return refuse(StoredCheck::kUnknownParent, 0);
     }
     mark_repeats(hashes, n_blocks);
     landing_.assign(n_blocks, kNoNode);
@@ -310,12 +350,13 @@ class MetaTree {
 
   // Applies the stored event that check_stored just accepted (same arguments,
   // nothing in between); returns pages newly marked.
-  uint64_t apply_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
-                        uint32_t n_blocks, const Token* tokens) {
+  uint64_t apply_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
+                        const uint64_t* hashes, uint32_t n_blocks, const Token* tokens) {
     require(landing_.size() == n_blocks, "apply_stored without check_stored");
     ++clock_;
     Worker& wk = workers_[w];
-    uint32_t node = has_parent ? named_node(w, parent) : root_;
+    uint32_t node = has_parent ? named_node(w, parent) : root_of(ns);
+    if (node == kNoNode && n_blocks != 0) node = make_root(ns);
     uint64_t newly = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const Token* tok = tokens + size_t{i} * page_size_;
@@ -339,7 +380,7 @@ class MetaTree {
     }
     landing_.clear();
     if (wk.approximate() && n_blocks != 0) {  // an empty event refreshes nothing
-      for (uint32_t x = node; x != root_; x = nodes_[x].parent)
+      for (uint32_t x = node; nodes_[x].parent != kNoNode; x = nodes_[x].parent)
         if (holds(w, x)) stamp(w, x);
       evict(w);
     }
@@ -360,11 +401,12 @@ class MetaTree {
     return removed;
   }
 
-  // Names w's page ending at key[n) (a page w holds) by hash, isolating it as
-  // a one-page node. Returns false (changing nothing) if w does not hold it.
-  bool bind_hash(uint32_t w, const Token* key, uint64_t n, uint64_t hash) {
-    if (n == 0 || n % page_size_ != 0) return false;
-    uint32_t node = root_;
+  // Names w's page ending at key[n) in namespace ns (a page w holds) by hash,
+  // isolating it as a one-page node. Returns false (changing nothing) if w
+  // does not hold it.
+  bool bind_hash(uint32_t w, uint32_t ns, const Token* key, uint64_t n, uint64_t hash) {
+    uint32_t node = root_of(ns);
+    if (n == 0 || n % page_size_ != 0 || node == kNoNode) return false;
     uint64_t pos = 0;
     while (true) {
       const uint32_t c = find_child(node, key + pos);
@@ -391,25 +433,13 @@ class MetaTree {
 
   // ---- introspection -------------------------------------------------------
 
-  uint32_t root() const { return root_; }
   const MetaNode& node(uint32_t x) const { return nodes_[x]; }
 
-  // Every node but the root, depth first, children in lexicographic order.
+  // Every node but the roots: namespace by namespace in namespace_ids()
+  // order, each depth first with children in lexicographic order.
   std::vector<uint32_t> nodes_in_order() const {
-    std::vector<uint32_t> out, stack{root_}, kids;
-    while (!stack.empty()) {
-      const uint32_t x = stack.back();
-      stack.pop_back();
-      if (x != root_) out.push_back(x);
-      kids.clear();
-      nodes_[x].children.for_each([&](uint32_t, uint32_t c) { kids.push_back(c); });
-      std::sort(kids.begin(), kids.end(), [&](uint32_t a, uint32_t b) {
-        const Token* ta = nodes_[a].label;
-        const Token* tb = nodes_[b].label;
-        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
-      });
-      stack.insert(stack.end(), kids.rbegin(), kids.rend());
-    }
+    std::vector<uint32_t> out, stack, kids;
+    for (uint32_t ns : namespace_ids()) append_in_order(root_of(ns), &out, &stack, &kids);
     return out;
   }
 
@@ -447,7 +477,7 @@ class MetaTree {
   // Tokens from the root to the end of node x.
   void path_tokens(uint32_t x, std::vector<Token>* out) const {
     out->assign(nodes_[x].depth, 0);
-    for (; x != root_; x = nodes_[x].parent) {
+    for (; nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
       const MetaNode& n = nodes_[x];
       std::memcpy(out->data() + (n.depth - n.length), n.label, size_t{n.length} * sizeof(Token));
     }
@@ -459,7 +489,9 @@ class MetaTree {
       const MetaNode& n = nodes_[x];
       total += n.children.heap_bytes() + n.holders.heap_bytes() + n.unnamed.heap_bytes();
     }
-    total += nodes_[root_].children.heap_bytes() + shared_.memory_bytes();
+    for (uint32_t ns : namespace_ids()) total += nodes_[root_of(ns)].children.heap_bytes();
+    total += shared_.memory_bytes() + roots_.size() * (sizeof(RootEntry) + 16) +
+             roots_.bucket_count() * sizeof(void*) + dropped_namespaces_.capacity() * 4;
     for (const Worker& wk : workers_) {
       total += wk.marked.capacity() * sizeof(uint32_t) + wk.stamps.memory_bytes() +
                wk.own_blocks.memory_bytes() + wk.own_hash_of.memory_bytes() +
@@ -475,8 +507,15 @@ class MetaTree {
     std::vector<uint64_t> held_count(workers_.size(), 0);
     uint32_t count = 0;
     size_t shared = 0;
-    std::vector<uint32_t> stack{root_};
-    require(nodes_[root_].length == 0 && !nodes_[root_].holders.any(), "the root is malformed");
+    std::vector<uint32_t> stack;
+    for (uint32_t ns : namespace_ids()) {
+      const MetaNode& r = nodes_[root_of(ns)];
+      require(r.alive && r.parent == kNoNode && r.length == 0 && r.depth == 0 && r.ns == ns &&
+                  !r.holders.any(),
+              "a root is malformed");
+      require(ns == 0 || !r.children.empty(), "an emptied namespace kept its root");
+      stack.push_back(root_of(ns));
+    }
     while (!stack.empty()) {
       const uint32_t x = stack.back();
       stack.pop_back();
@@ -487,9 +526,10 @@ class MetaTree {
         require(cn.parent == x, "a child's parent link is wrong");
         require(key == page_key(cn.label), "a child is filed under the wrong key");
         require(cn.depth == n.depth + cn.length, "a node's depth is wrong");
+        require(cn.ns == n.ns, "a node is in another namespace than its parent");
         stack.push_back(c);
       });
-      if (x == root_) continue;
+      if (n.parent == kNoNode) continue;
       ++count;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
       require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
@@ -560,6 +600,38 @@ class MetaTree {
     bool approximate() const { return capacity != kNoCapacity; }
   };
 
+  // Appends the nodes below root (itself excluded) to *out, depth first,
+  // children in lexicographic order; stack and kids are scratch.
+  void append_in_order(uint32_t root, std::vector<uint32_t>* out, std::vector<uint32_t>* stack,
+                       std::vector<uint32_t>* kids) const {
+    stack->assign(1, root);
+    while (!stack->empty()) {
+      const uint32_t x = stack->back();
+      stack->pop_back();
+      if (x != root) out->push_back(x);
+      kids->clear();
+      nodes_[x].children.for_each([&](uint32_t, uint32_t c) { kids->push_back(c); });
+      std::sort(kids->begin(), kids->end(), [&](uint32_t a, uint32_t b) {
+        const Token* ta = nodes_[a].label;
+        const Token* tb = nodes_[b].label;
+        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
+      });
+      stack->insert(stack->end(), kids->rbegin(), kids->rend());
+    }
+  }
+
+  uint32_t make_root(uint32_t ns) {
+    const uint32_t x = nodes_.allocate();
+    MetaNode& r = nodes_[x];  // a reused slot: every field a root reads is set anew
+    r.alive = true;
+    r.ns = ns;
+    r.parent = kNoNode;
+    r.label = nullptr;
+    r.length = r.depth = 0;
+    roots_.emplace(ns, RootEntry{x, ++root_serial_});
+    return x;
+  }
+
   // A failed check leaves no landing nodes behind for apply_stored to trust.
   StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
     landing_.clear();
@@ -629,11 +701,11 @@ class MetaTree {
     }
   }
 
-  // Every node on key[0, n)'s path that w holds takes the current stamp.
-  void refresh_path(uint32_t w, const Token* key, uint64_t n) {
-    uint32_t node = root_;
+  // Every node on key[0, n)'s path from root that w holds takes the current stamp.
+  void refresh_path(uint32_t w, uint32_t root, const Token* key, uint64_t n) {
+    uint32_t node = root;
     uint64_t pos = 0;
-    while (pos < n) {
+    while (node != kNoNode && pos < n) {
       const uint32_t c = find_child(node, key + pos);
       if (c == kNoNode) return;
       // Only whole nodes on the key's path: the insert cut where recency differs.
@@ -814,6 +886,7 @@ class MetaTree {
     MetaNode& un = nodes_[u];
     un.holders = cn.holders;
     un.alive = true;
+    un.ns = cn.ns;
     detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
     cn.holders.for_each([&](uint32_t w) {  // c is never shared: named nodes are one page
@@ -834,6 +907,7 @@ class MetaTree {
     const uint32_t x = nodes_.allocate();
     MetaNode& xn = nodes_[x];
     xn.parent = parent;
+    xn.ns = nodes_[parent].ns;
     xn.chunk = ref.chunk;
     xn.label = arena_.tokens(ref.chunk, ref.offset);
     xn.length = len;
@@ -844,9 +918,10 @@ class MetaTree {
     return x;
   }
 
-  // Frees x and then its ancestors while they have no holders and no children.
+  // Frees x and then its ancestors while they have no holders and no
+  // children, and then the root they led to if that empties a namespace.
   void prune(uint32_t x) {
-    while (x != root_ && nodes_[x].alive && nodes_[x].children.empty() &&
+    while (nodes_[x].parent != kNoNode && nodes_[x].alive && nodes_[x].children.empty() &&
            !nodes_[x].holders.any()) {
       MetaNode& n = nodes_[x];
       const uint32_t p = n.parent;
@@ -860,6 +935,14 @@ class MetaTree {
       nodes_.release(x);
       --node_count_;
       x = p;
+    }
+    MetaNode& r = nodes_[x];
+    if (r.alive && r.parent == kNoNode && r.ns != 0 && r.children.empty()) {
+      roots_.erase(r.ns);
+      dropped_namespaces_.push_back(r.ns);
+      r.alive = false;
+      r.children.clear();
+      nodes_.release(x);
     }
   }
 
@@ -889,6 +972,13 @@ class MetaTree {
   std::vector<uint64_t> live_mask_{0};
   std::vector<uint32_t> approximate_;  // indices of live approximate workers
   FlatMap<uint64_t, uint32_t> shared_;  // shared block hash -> the node it names
+  struct RootEntry {
+    uint32_t node;
+    uint64_t serial;  // creation order, for namespace_ids()
+  };
+  std::unordered_map<uint32_t, RootEntry> roots_;  // namespace id -> root (not the default's)
+  uint64_t root_serial_ = 0;
+  std::vector<uint32_t> dropped_namespaces_;
   // Scratch reused across calls (no allocation on the hot path).
   std::vector<uint64_t> alive_;
   std::vector<uint32_t> active_;
