@@ -131,6 +131,14 @@ def not_a_record(record: Any) -> InvalidInputError:
     return InvalidInputError(f"not an event record: {record!r}")
 
 
+def renamed_block(worker: Any, index: int, value: int, old: int) -> BlockConflictError:
+    msg = (
+        f"block_hashes[{index}] = {value:#018x} names a block that {worker_label(worker)} "
+        f"already names {old:#018x}"
+    )
+    return BlockConflictError(msg)
+
+
 def worker_label(worker: Any) -> str:
     return f"worker ({worker.name!r}, dp_rank={worker.dp_rank})"
 

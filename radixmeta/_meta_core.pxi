@@ -1,7 +1,16 @@
 # The router's meta-tree: the native MetaCore behind radixmeta.MetaTree.
 # Included into _core.pyx, whose argument converters it shares.
 
-from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRepeated, kStoredOk, kUnknownParent
+from radixmeta._meta_tree cimport (
+    MetaTree,
+    StoredCheck,
+    kCycle,
+    kOtherPage,
+    kRenamed,
+    kRepeated,
+    kStoredOk,
+    kUnknownParent,
+)
 
 from radixmeta import _blocks
 from radixmeta._blocks import BlockStatus
@@ -452,6 +461,8 @@ cdef class MetaCore:
                 raise _blocks.cycle(check.index, h)
             if check.code == kRepeated:
                 raise _blocks.repeated_hash(check.index, h)
+            if check.code == kRenamed:
+                raise _blocks.renamed_block(who, check.index, h, check.other)
             raise _blocks.names_other_page(who, check.index, h)
         return tree.apply_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens)
 

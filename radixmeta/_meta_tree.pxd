@@ -21,10 +21,12 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
         kCycle "radixmeta::StoredCheck::kCycle"
         kRepeated "radixmeta::StoredCheck::kRepeated"
         kOtherPage "radixmeta::StoredCheck::kOtherPage"
+        kRenamed "radixmeta::StoredCheck::kRenamed"
 
     cdef struct StoredCheck:
         StoredCheckCode code
         uint32_t index
+        uint64_t other
 
     cdef cppclass MetaTree:
         MetaTree(uint32_t page_size) except +

@@ -631,7 +631,8 @@ class MetaCore:
         bmap = self._blocks[index]
         if parent is not None and (parent not in bmap or bmap[parent].namespace != namespace):
             raise _blocks.unknown_parent(worker, parent, namespace)
-        base_node = self._roots.get(namespace) if parent is None else bmap[parent]
+        root = self._roots.get(namespace)
+        base_node = root if parent is None else bmap[parent]
         base = () if base_node is None else self._path(base_node)
         seen: set[int] = set()
         for i, h in enumerate(hashes):
@@ -644,6 +645,11 @@ class MetaCore:
             page = base + toks[: (i + 1) * p]
             if named is not None and (named.namespace != namespace or self._path(named) != page):
                 raise _blocks.names_other_page(worker, i, h)
+            # Within a worker a page has one name: a second one is refused, not a rename.
+            here = self._find_page(root, page) if named is None and root is not None else None
+            old = here.hashes.get(index) if here is not None and here.depth == len(page) else None
+            if old is not None:
+                raise _blocks.renamed_block(worker, i, h, old)
         self._clock += 1
         if not hashes:
             return 0

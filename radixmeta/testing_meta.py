@@ -120,8 +120,9 @@ class BruteForceMetaTree:
     * an approximate worker's refreshed pages take the clock's value, and
       eviction drops its page with the smallest ``(stamp, -depth)`` until it
       fits (the "tree-less model" of the rules);
-    * block events resolve hashes through ``blocks``; every route that drops a
-      page drops its hash.
+    * block events resolve hashes through ``blocks``, where a worker names a
+      page by one hash at most (a second one is refused); every route that
+      drops a page drops its hash.
 
     It has the public API of ``MetaTree`` except what only a tree has
     (``node_count``, ``memory_usage``, and node boundaries: ``items()`` and
@@ -382,8 +383,12 @@ class BruteForceMetaTree:
                 raise _blocks.cycle(i, h)
             if h in hashes[:i]:
                 raise _blocks.repeated_hash(i, h)
-            if h in known and known[h] != (namespace, base + toks[: (i + 1) * p]):
+            page = (namespace, base + toks[: (i + 1) * p])
+            if h in known and known[h] != page:
                 raise _blocks.names_other_page(worker, i, h)
+            old = [g for g, q in known.items() if q == page and g != h]
+            if old:
+                raise _blocks.renamed_block(worker, i, h, old[0])
         self._clock += 1
         if not hashes:
             return 0
@@ -395,8 +400,6 @@ class BruteForceMetaTree:
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
-            for old in [g for g, q in known.items() if q == page and g != h]:
-                del known[old]
             known[h] = page
         if self._approximate(index):
             for page in self._prefixes(namespace, path, 0, len(path)):
@@ -621,7 +624,7 @@ STORED_VARIANTS = (
     "ok",  # hashes block_hash_of(page path); parent the hash of the parent page
     "signed",  # the same hashes passed as signed int64 values
     "array",  # the same hashes as a numpy uint64 array, tokens as an int64 array
-    "salted",  # other hashes for the same pages (renames them)
+    "salted",  # other hashes for the same pages (a conflict where the worker named them)
     "unknown_parent",  # a parent hash nobody stored
     "cycle",  # a block whose hash is the parent's
     "repeat",  # a hash repeated within the event

@@ -346,8 +346,12 @@ for label, args, kwargs, exc, message in [
      "block_hashes[1] = 0x00000000000000f1 appears earlier in the same event"),
     ("hash names another page", (None, [0xA2], [1, 2]), {}, BlockConflictError,
      f"block_hashes[0] = 0x00000000000000a2 already names a different block of {A}"),
-    ("hash names a page elsewhere", (0xA1, [0xF1, 0xA1], [3, 4, 5, 5]), {}, BlockConflictError,
+    ("hash names a page elsewhere", (0xA1, [0xF1, 0xA1], [5, 5, 5, 5]), {}, BlockConflictError,
      "block_hashes[1] = 0x00000000000000a1 is the event's parent hash (a cycle)"),
+    ("a second hash before a later cycle", (0xA1, [0xF1, 0xA1], [3, 4, 5, 5]), {},
+     BlockConflictError,
+     f"block_hashes[0] = 0x00000000000000f1 names a block that {A} already names "
+     "0x00000000000000a2"),
     ("deeper page, same hash", (0xA2, [0xA1], [5, 6]), {}, BlockConflictError,
      f"block_hashes[0] = 0x00000000000000a1 already names a different block of {A}"),
     # checking order: tier, parent, hashes, tokens, count, parent known, then each block
@@ -374,10 +378,21 @@ case("apply_stored: signed cycle", BlockConflictError,
      "block_hashes[0] = 0xfffffffffffffffb is the event's parent hash (a cycle)")(
     lambda t, w: t.apply_stored(w["c"], -5, [2**64 - 5], [1, 1])
 )  # fmt: skip
-case("apply_stored: a rename's old hash", BlockConflictError,
-     f"block_hashes[1] = 0x00000000000000a1 already names a different block of {A}")(
-    # renaming page [1, 2] to 0xF1 in the same event does not free 0xA1 for another page
+case("apply_stored: a second hash for a page", BlockConflictError,
+     f"block_hashes[0] = 0x00000000000000f1 names a block that {A} already names "
+     "0x00000000000000a1")(
+    # never a silent rename: page [1, 2] keeps 0xA1, and 0xA1 stays bound to it
     lambda t, w: t.apply_stored(w["a"], None, [0xF1, 0xA1], [1, 2, 3, 4])
+)  # fmt: skip
+case("apply_stored: a second hash, deeper in the event", BlockConflictError,
+     f"block_hashes[1] = 0x00000000000000f2 names a block that {A} already names "
+     "0x00000000000000a2")(
+    lambda t, w: t.apply_stored(w["a"], None, [0xA1, 0xF2], [1, 2, 3, 4])
+)  # fmt: skip
+case("apply_stored: other page before a second hash", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000b1 already names a different block of "
+     "worker ('b', dp_rank=1)")(
+    lambda t, w: t.apply_stored(w["b"], None, [0xB1], [1, 2])
 )  # fmt: skip
 
 # -- apply_removed ----------------------------------------------------------------------------

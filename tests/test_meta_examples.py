@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import inspect
 import pickle
+import re
 import weakref
 from typing import Any
 
@@ -18,7 +19,12 @@ import pytest
 from conftest import META_CORES, NATIVE_META, REFERENCE_META
 
 from radixmeta import BlockStatus, MetaTree, WorkerId
-from radixmeta.errors import InvalidInputError, StaleWorkerError, UnknownParentError
+from radixmeta.errors import (
+    BlockConflictError,
+    InvalidInputError,
+    StaleWorkerError,
+    UnknownParentError,
+)
 
 
 def plain(records: Any) -> list[tuple[Any, ...]]:
@@ -121,12 +127,40 @@ def test_repeated_stored_event_changes_nothing(meta_impl: type) -> None:
     assert tree.apply_stored(w, big - 2**64, [], []) == 0  # no blocks: a no-op
     assert tree.apply_events([("stored", w, 0xA2, [0xB1], turn)]).tolist() == [0]
     assert state(tree) == before
-    # The same page under another hash: the page is renamed, the old hash forgotten.
-    assert tree.apply_stored(w, 0xA2, [0xB2], turn) == 0
-    assert [h for h, *_ in tree._block_entries(w)] == [0xA2, 0xB2, big]
-    with pytest.raises(UnknownParentError):
-        tree.apply_stored(w, 0xB1, [0xC1], turn)
+    # The same page under another hash: refused, never a silent rename.
+    with pytest.raises(BlockConflictError, match="0x00000000000000b2 names a block that"):
+        tree.apply_stored(w, 0xA2, [0xB2], turn)
+    assert state(tree) == before
+    assert tree.apply_stored(w, 0xB1, [0xC1], turn) == 1  # the old name still works
     tree.check()
+
+
+def test_issue_8_a_second_hash_for_one_page_is_a_conflict(meta_impl: type) -> None:
+    """Two images with equal placeholder tokens and no tags: the second hash is refused
+    (it used to rename A's page, so B's removal dropped it and A's continuation failed)."""
+    t = meta_impl(page_size=4)
+    w = t.add_worker("w")
+    img = [9, 9, 9, 9]
+    t.apply_stored(w, None, [0xA], img)
+    t.apply_stored(w, 0xA, [0xA1], [1, 2, 3, 4])
+    before = state(t)
+    message = (
+        "block_hashes[0] = 0x000000000000000b names a block that worker ('w', dp_rank=0) "
+        "already names 0x000000000000000a"
+    )
+    with pytest.raises(BlockConflictError, match=f"^{re.escape(message)}$"):
+        t.apply_stored(w, None, [0xB], img)
+    assert state(t) == before
+    assert t.apply_events([("stored", w, None, [0xB], img)]).tolist() == [BlockStatus.CONFLICT]
+    assert t.apply_removed(w, [0xB]) == 0  # B was never stored: A's page stays
+    assert t.match([*img, 1, 2, 3, 4]).length_of(w) == 8
+    assert t.apply_stored(w, 0xA, [0xA2], [5] * 4) == 1  # A's continuation stores fine
+    # Another worker may name the same page by another hash (vLLM <= 0.28 seeds per process).
+    v = t.add_worker("v")
+    assert t.apply_stored(v, None, [0xB], img) == 1
+    assert t.apply_stored(v, 0xB, [0xB1], [1, 2, 3, 4]) == 1
+    assert t.match([*img, 1, 2, 3, 4]).lengths.tolist() == [8, 8]
+    t.check()
 
 
 def test_stored_pages_are_one_page_nodes(meta_impl: type) -> None:

@@ -123,6 +123,12 @@ static void test_block_events() {
   const uint64_t twice[] = {104, 104};
   const std::vector<Token> two{7, 8, 9, 9};
   CHECK(t.check_stored(0, 0, true, 102, twice, 2, two.data()).code == StoredCheck::kRepeated);
+  const uint64_t second[] = {200};  // page 1 under a second hash: refused, not renamed
+  const StoredCheck renamed = t.check_stored(0, 0, false, 0, second, 1, tokens.data());
+  CHECK(renamed.code == StoredCheck::kRenamed && renamed.index == 0 && renamed.other == 100);
+  t.add_worker(1, kNoCapacity);  // another worker may name the page by another hash
+  CHECK(store(t, 1, 0, false, 0, second, 1, tokens.data()) == 1);
+  CHECK(t.clear_worker(1) == 2);
   CHECK(store(t, 0, 0, true, 102, child, 1, more.data()) == 1);
   const uint64_t gone[] = {101, 555};
   CHECK(t.apply_removed(0, gone, 2) == 1);

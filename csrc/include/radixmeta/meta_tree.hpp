@@ -72,9 +72,10 @@ struct MetaNode {
 
 // Outcome of validating a stored event against the tree (nothing changed yet).
 struct StoredCheck {
-  enum Code : uint8_t { kOk = 0, kUnknownParent, kCycle, kRepeated, kOtherPage };
+  enum Code : uint8_t { kOk = 0, kUnknownParent, kCycle, kRepeated, kOtherPage, kRenamed };
   Code code = kOk;
-  uint32_t index = 0;  // the offending block, for the last three codes
+  uint32_t index = 0;  // the offending block, for the last four codes
+  uint64_t other = 0;  // kRenamed: the hash the worker already names that page by
 };
 
 class MetaTree {
@@ -341,9 +342,18 @@ class MetaTree {
       const uint64_t h = hashes[i];
       if (has_parent && h == parent) return refuse(StoredCheck::kCycle, i);
       if (repeat_[i]) return refuse(StoredCheck::kRepeated, i);
+      const bool one_page = in != kNoNode && page == 0 && nodes_[in].length == page_size_;
       const uint32_t bound = named_node(w, h);
-      if (bound != kNoNode && !(in == bound && page == 0 && nodes_[in].length == page_size_))
+      if (bound != kNoNode && !(one_page && in == bound))
         return refuse(StoredCheck::kOtherPage, i);
+      // Within a worker a page has one name: a second one is a conflict to
+      // report, never a silent rename (it would orphan the old name's children).
+      uint64_t old = 0;
+      if (bound == kNoNode && one_page && name_of(w, in, &old)) {
+        StoredCheck renamed = refuse(StoredCheck::kRenamed, i);
+        renamed.other = old;
+        return renamed;
+      }
     }
     return {};
   }
@@ -635,7 +645,7 @@ class MetaTree {
   // A failed check leaves no landing nodes behind for apply_stored to trust.
   StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
     landing_.clear();
-    return {code, index};
+    return {code, index, 0};
   }
 
   static void require(bool ok, const char* what) {
@@ -807,6 +817,19 @@ class MetaTree {
     if (wk.own_blocks.empty()) return kNoNode;
     const uint32_t* own = wk.own_blocks.find(hash);
     return own == nullptr ? kNoNode : *own;
+  }
+
+  // The hash w names node x by, if any, into *hash.
+  bool name_of(uint32_t w, uint32_t x, uint64_t* hash) const {
+    if (names_shared(nodes_[x], w)) {
+      *hash = nodes_[x].hash;
+      return true;
+    }
+    const Worker& wk = workers_[w];
+    const uint64_t* own = wk.own_hash_of.empty() ? nullptr : wk.own_hash_of.find(x);
+    if (own == nullptr) return false;
+    *hash = *own;
+    return true;
   }
 
   bool names_shared(const MetaNode& n, uint32_t w) const {
