@@ -111,7 +111,7 @@ def names_other_page(worker: Any, index: int, value: int) -> BlockConflictError:
 # An ``apply_events`` record: its kind, then this many fields in all, then
 # optionally a dict of keyword arguments of the method it stands for (these).
 RECORD_FIELDS = {"stored": 5, "removed": 3, "cleared": 2}
-RECORD_OPTIONS = {"stored": ("namespace",), "removed": (), "cleared": ()}
+RECORD_OPTIONS = {"stored": ("namespace", "extras"), "removed": (), "cleared": ()}
 
 
 def record_options(kind: str, options: Any, record: Any) -> dict[str, Any]:

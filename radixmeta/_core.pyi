@@ -106,16 +106,33 @@ class MetaCore:
     def capacity_of(self, worker: WorkerId) -> int | None: ...
     def held_tokens(self, worker: WorkerId) -> int: ...
     def insert(
-        self, key: object, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: object,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: object = None,
+        namespace: Hashable = None,
     ) -> int: ...
     def remove(
-        self, key: object, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: object,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: object = None,
+        namespace: Hashable = None,
     ) -> int: ...
     def match(
-        self, key: object, *, touch: bool = False, namespace: Hashable = None
+        self, key: object, *, touch: bool = False, extras: object = None, namespace: Hashable = None
     ) -> MetaMatch: ...
     def match_many(
-        self, keys: object, *, touch: bool = False, namespace: Hashable = None
+        self,
+        keys: object,
+        *,
+        touch: bool = False,
+        extras: object = None,
+        namespace: Hashable = None,
     ) -> npt.NDArray[np.int64]: ...
     def items(self, worker: WorkerId | None = None) -> list[MetaItem]: ...
     def dump(self, worker: WorkerId) -> list[DumpRecord]: ...
@@ -128,6 +145,7 @@ class MetaCore:
         token_ids: object,
         *,
         tier: int = 0,
+        extras: object = None,
         namespace: Hashable = None,
     ) -> int: ...
     def apply_removed(self, worker: WorkerId, block_hashes: object, *, tier: int = 0) -> int: ...
@@ -137,9 +155,14 @@ class MetaCore:
     def check(self) -> None: ...
     def _block_entries(
         self, worker: WorkerId
-    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable]]: ...
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable, npt.NDArray[np.uint64] | None]]: ...
     def _bind_hash(
-        self, worker: WorkerId, key: object, block_hash: int, namespace: Hashable = None
+        self,
+        worker: WorkerId,
+        key: object,
+        block_hash: int,
+        namespace: Hashable = None,
+        extras: object = None,
     ) -> None: ...
     def _worker_state(self) -> tuple[Any, ...]: ...
     def _pickle_state(self) -> tuple[Any, list[Any]]: ...

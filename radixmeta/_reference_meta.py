@@ -29,6 +29,9 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 * **Namespaces** each have a root of their own (None's always exists); any
   other namespace has one only while it holds a page, created by its first
   page and dropped with its last node.
+* **Extra tags.** A page is its tokens and its tag (0 for none). A tagged page
+  is always a node of one page carrying the tag; a node of several pages is
+  untagged. Children are keyed by (first page, tag); children sort by that key.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import numpy.typing as npt
 
 from radixmeta import _blocks, _keys
 from radixmeta._atomic import atomic
+from radixmeta._keys import PER_PAGE as _PER_PAGE
 from radixmeta._types import DumpRecord, MetaItem
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError
@@ -50,6 +54,7 @@ from radixmeta.errors import InputTypeError, InvalidInputError
 __all__ = ["MetaCore", "MetaMatch"]
 
 Tokens = tuple[int, ...]
+Tags = tuple[int, ...] | None  # one extra tag per page of a key; None: all 0
 
 
 def _require(condition: bool, what: str) -> None:
@@ -70,16 +75,23 @@ class _MetaNode:
     """One node: a run of whole pages and the workers holding all of them."""
 
     __slots__ = (
-        "parent", "label", "children", "holders", "stamps", "hashes", "depth", "namespace"
+        "parent", "label", "tag", "children", "holders", "stamps", "hashes", "depth", "namespace"
     )
 
     def __init__(
-        self, parent: _MetaNode | None, label: Tokens, depth: int, namespace: Hashable
+        self,
+        parent: _MetaNode | None,
+        label: Tokens,
+        depth: int,
+        namespace: Hashable,
+        tag: int = 0,
     ) -> None:
         self.parent = parent
         self.namespace = namespace
         self.label = label
-        self.children: dict[Tokens, _MetaNode] = {}  # keyed by the child's first page
+        self.tag = tag  # the extra tag of the node's one page; 0 for an untagged node
+        # keyed by (the child's first page, its tag)
+        self.children: dict[tuple[Tokens, int], _MetaNode] = {}
         self.holders: set[int] = set()  # worker indices
         self.stamps: dict[int, int] = {}  # approximate holders -> last access
         self.hashes: dict[int, int] = {}  # worker index -> block hash naming this page
@@ -290,20 +302,40 @@ class MetaCore:
             raise InvalidInputError(msg)
         return toks, n, s
 
-    def _common(self, label: Tokens, toks: Tokens, pos: int, n: int) -> int:
-        """Whole-page common prefix of ``label`` and ``toks[pos:n]``."""
+    def _common(self, label: Tokens, toks: Tokens, pos: int, n: int, tags: Tags) -> int:
+        """Whole-page common prefix of an untagged ``label`` (beyond its first page, which
+        the caller matched with its tag) and ``toks[pos:n]`` with its ``tags``."""
+        p = self._page_size
         m = 0
         limit = min(len(label), n - pos)
         while m < limit and label[m] == toks[pos + m]:
             m += 1
-        return m - m % self._page_size
+        m -= m % p
+        for k in range(p, m, p):  # a tagged page of the key leaves an untagged node there
+            if self._tag(tags, pos + k):
+                return k
+        return m
+
+    def _tag(self, tags: Tags, pos: int) -> int:
+        """The tag of the key's page at token ``pos``."""
+        return 0 if tags is None else tags[pos // self._page_size]
+
+    def _child(self, node: _MetaNode, toks: Tokens, pos: int, tags: Tags) -> _MetaNode | None:
+        """The child of ``node`` whose first page is the key's page at ``pos``, tag included."""
+        return node.children.get((toks[pos : pos + self._page_size], self._tag(tags, pos)))
 
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
     @atomic
     def insert(
-        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
 
@@ -318,6 +350,11 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
         namespace : hashable, default None
             The namespace of the key (a LoRA adapter, a cache salt): pages of
             different namespaces never share a node.
@@ -330,10 +367,11 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key, start or namespace; nothing changes.
+            A bad worker, key, start, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         self._clock += 1
@@ -348,11 +386,11 @@ class MetaCore:
         node, pos = root, 0
         missing = False  # the key leaves the tree at a node boundary, at pos < n
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 missing = True
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             holds = index in child.holders
             if m < len(child.label) and pos + m < n and (start < n or (approximate and holds)):
                 # A new branch hangs here, or the worker's recency differs on the two parts.
@@ -374,19 +412,24 @@ class MetaCore:
             node, pos = child, child.depth
         if missing and start < n:
             if pos < start:
-                node = self._new_leaf(node, toks[pos:start])  # structure, held by nobody new
+                node = self._new_path(node, toks, pos, start, tags, None)  # held by nobody new
                 pos = start
-            leaf = self._new_leaf(node, toks[pos:n])
-            self._mark(leaf, index)
+            self._new_path(node, toks, pos, n, tags, index)
             newly += (n - pos) // p
         if approximate:
-            self._refresh_path(index, root, toks, n)
+            self._refresh_path(index, root, toks, n, tags)
             self._evict(index)
         return newly
 
     @atomic
     def remove(
-        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
 
@@ -399,6 +442,11 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
         namespace : hashable, default None
             The namespace of the key (a LoRA adapter, a cache salt): pages of
             different namespaces never share a node.
@@ -411,20 +459,21 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key, start or namespace; nothing changes.
+            A bad worker, key, start, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         removed = 0
         node, pos = self._roots.get(namespace), 0
         while node is not None and pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             end = pos + len(child.label)
             through = m == len(child.label)
             if index in child.holders:
@@ -443,7 +492,9 @@ class MetaCore:
         return removed
 
     @atomic
-    def match(self, key: Any, *, touch: bool = False, namespace: Hashable = None) -> MetaMatch:
+    def match(
+        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+    ) -> MetaMatch:
         """Every worker's matched length of ``key``, in one walk.
 
         A worker's length is the longest prefix of the key whose every page,
@@ -454,6 +505,11 @@ class MetaCore:
         key : sequence of int or 1-D integer array
         touch : bool, default False
             Refresh the counted pages of every approximate worker.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
         namespace : hashable, default None
             The namespace to match in; in one that holds nothing every length is 0.
 
@@ -464,16 +520,17 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad key, touch or namespace; nothing changes.
+            A bad key, touch, extras or namespace; nothing changes.
         """
         toks = _keys.tokens(key)
         touch = _check_touch(touch)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
-        return self._match(toks, touch, namespace)
+        return self._match(toks, tags, touch, namespace)
 
     @atomic
     def match_many(
-        self, keys: Any, *, touch: bool = False, namespace: Hashable = None
+        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
     ) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
@@ -481,6 +538,8 @@ class MetaCore:
         ----------
         keys : sequence of keys, or 2-D integer array (one key per row)
         touch : bool, default False
+        extras : sequence, 2-D integer array, or None
+            One entry per key: its extra tags (as ``match`` takes them) or None.
         namespace : hashable, default None
             The namespace of every key.
 
@@ -492,8 +551,8 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad ``keys``, a bad key, touch or namespace; every key is checked
-            before any is matched, so nothing changes.
+            A bad ``keys``, a bad key, touch, extras or namespace; every key is
+            checked before any is matched, so nothing changes.
         """
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
@@ -508,13 +567,19 @@ class MetaCore:
             rows = list(keys)
         converted = [_keys.tokens(row) for row in rows]
         touch = _check_touch(touch)
+        per_key = _keys.per_key_tags(extras, len(converted))
+        tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch, namespace).lengths
+            out[r] = self._match(toks, tags[r], touch, namespace).lengths
         return out
 
-    def _match(self, toks: Tokens, touch: bool, namespace: Hashable) -> MetaMatch:
+    def _key_tags(self, extras: Any, toks: Tokens, name: str = "extras") -> Tags:
+        """A key's extra tags, one per whole page (None: all 0)."""
+        return _keys.tags(extras, len(toks) // self._page_size, _PER_PAGE, name)
+
+    def _match(self, toks: Tokens, tags: Tags, touch: bool, namespace: Hashable) -> MetaMatch:
         p = self._page_size
         n = len(toks) - len(toks) % p
         slots = self._table.slots
@@ -524,10 +589,10 @@ class MetaCore:
         node, pos = self._roots.get(namespace), 0
         partial = False
         while node is not None and pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             counting &= child.holders
             for i in counting:
                 lengths[i] += m
@@ -562,6 +627,7 @@ class MetaCore:
         token_ids: Any,
         *,
         tier: int = 0,
+        extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
         """Apply a KV ``BlockStored`` event: the worker now holds these blocks.
@@ -577,6 +643,9 @@ class MetaCore:
             Exactly ``len(block_hashes) * page_size`` tokens.
         tier : int, default 0
             Only the device tier (0) is modelled.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per block, in ``[0, 2**64)``: what the engine hashed
+            besides the tokens (multimodal inputs); None means every tag is 0.
         namespace : hashable, default None
             The blocks' namespace (a LoRA adapter, a cache salt); the parent
             must be a block of the same namespace.
@@ -593,9 +662,10 @@ class MetaCore:
         """
         self._table.resolve(worker)  # first: a stale worker is the error to report
         _blocks.check_tier(tier)
-        options = {"namespace": namespace}
-        converted = self._converted_stored(worker, parent_hash, block_hashes, token_ids, options)
-        return self._store(*converted, namespace)
+        options = {"extras": extras, "namespace": namespace}
+        return self._store(
+            *self._converted_stored(worker, parent_hash, block_hashes, token_ids, options)
+        )
 
     def _converted_stored(
         self,
@@ -604,17 +674,19 @@ class MetaCore:
         block_hashes: Any,
         token_ids: Any,
         options: dict[str, Any],
-    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...]]:
-        """A stored event's arguments, converted and checked for shape (no tree read)."""
+    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...], Tags, Hashable]:
+        """A stored event's arguments (``options``: its keyword arguments), converted and
+        checked for shape (no tree read)."""
         self._table.resolve(worker)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
-        _keys.check_namespace(options.get("namespace"))
+        tags = _keys.tags(options.get("extras"), len(hashes), _keys.PER_BLOCK)
+        namespace = _keys.check_namespace(options.get("namespace"))
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
-        return worker, parent, hashes, toks
+        return worker, parent, hashes, toks, tags, namespace
 
     def _store(
         self,
@@ -622,10 +694,10 @@ class MetaCore:
         parent: int | None,
         hashes: list[int],
         toks: tuple[int, ...],
+        tags: Tags,
         namespace: Hashable,
     ) -> int:
         """Check a converted stored event against the tree, then apply it whole."""
-        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         bmap = self._blocks[index]
@@ -634,6 +706,8 @@ class MetaCore:
         root = self._roots.get(namespace)
         base_node = root if parent is None else bmap[parent]
         base = () if base_node is None else self._path(base_node)
+        block_tags = (0,) * len(hashes) if tags is None else tags
+        path_tags = (() if base_node is None else self._path_tags(base_node)) + block_tags
         seen: set[int] = set()
         for i, h in enumerate(hashes):
             if h == parent:
@@ -643,10 +717,15 @@ class MetaCore:
             seen.add(h)
             named = bmap.get(h)
             page = base + toks[: (i + 1) * p]
-            if named is not None and (named.namespace != namespace or self._path(named) != page):
+            page_tags = path_tags[: len(page) // p]
+            if named is not None and (
+                named.namespace != namespace
+                or self._path(named) != page
+                or self._path_tags(named) != page_tags
+            ):
                 raise _blocks.names_other_page(worker, i, h)
             # Within a worker a page has one name: a second one is refused, not a rename.
-            here = self._find_page(root, page) if named is None and root is not None else None
+            here = self._find_page(root, page, page_tags) if named is None and root else None
             old = here.hashes.get(index) if here is not None and here.depth == len(page) else None
             if old is not None:
                 raise _blocks.renamed_block(worker, i, h, old)
@@ -659,9 +738,9 @@ class MetaCore:
         node = base_node
         for i, h in enumerate(hashes):
             page = toks[i * p : (i + 1) * p]
-            child = node.children.get(page)
+            child = node.children.get((page, block_tags[i]))
             if child is None:
-                child = self._new_leaf(node, page)
+                child = self._new_leaf(node, page, block_tags[i])
             elif len(child.label) > p:
                 child = self._cut(child, p)
             if index not in child.holders:
@@ -787,7 +866,7 @@ class MetaCore:
                 if kind == "stored":
                     _, worker, parent, hashes, tokens = record[:5]
                     converted = self._converted_stored(worker, parent, hashes, tokens, options)
-                    return (self._store, *converted, options.get("namespace"))
+                    return (self._store, *converted)
                 if kind == "removed":
                     return (self._unstore, record[1], _blocks.block_hashes(record[2]))
                 return (self.apply_cleared, record[1])
@@ -818,7 +897,8 @@ class MetaCore:
         for node, path in self._in_order():
             if index is None or index in node.holders:
                 holders = tuple(w for i in sorted(node.holders) if (w := slots[i]) is not None)
-                out.append(MetaItem(np.array(path, dtype=np.uint32), holders, node.namespace))
+                key = np.array(path, dtype=np.uint32)
+                out.append(MetaItem(key, holders, node.namespace, self._extras(node)))
         return out
 
     @atomic
@@ -836,7 +916,10 @@ class MetaCore:
             held.sort(key=lambda entry: (entry[0].stamps[index], -entry[0].depth))
         return [
             DumpRecord(
-                np.array(path, dtype=np.uint32), node.depth - len(node.label), node.namespace
+                np.array(path, dtype=np.uint32),
+                node.depth - len(node.label),
+                node.namespace,
+                self._extras(node),
             )
             for node, path in held
         ]
@@ -886,7 +969,9 @@ class MetaCore:
             label = node.label
             _require(len(label) > 0 and len(label) % p == 0, "a label is not whole pages")
             _require(all(0 <= t < _keys.TOKEN_LIMIT for t in label), "a token is out of range")
-            _require(parent.children.get(label[:p]) is node, "a child is filed under the wrong key")
+            filed = parent.children.get((label[:p], node.tag))
+            _require(filed is node, "a child is filed under the wrong key")
+            _require(not node.tag or len(label) == p, "a tagged page is not a one-page node")
             _require(node.depth == parent.depth + len(label), "a depth is wrong")
             _require(node.namespace == parent.namespace, "a node is in another namespace")
             _require(bool(node.holders or node.children), "a node has no holders and no children")
@@ -921,27 +1006,40 @@ class MetaCore:
     @atomic
     def _block_entries(
         self, worker: WorkerId
-    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable]]:
-        """(hash, path to the page end, namespace) for every block hash of the worker, by hash."""
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable, npt.NDArray[np.uint64] | None]]:
+        """(hash, path to the page end, namespace, extras) for every block hash of the worker,
+        by hash."""
         bmap = self._blocks[self._table.resolve(worker)]
         return [
-            (h, np.array(self._path(bmap[h]), dtype=np.uint32), bmap[h].namespace)
+            (
+                h,
+                np.array(self._path(bmap[h]), dtype=np.uint32),
+                bmap[h].namespace,
+                self._extras(bmap[h]),
+            )
             for h in sorted(bmap)
         ]
 
     @atomic
     def _bind_hash(
-        self, worker: WorkerId, key: Any, block_hash: Any, namespace: Hashable = None
+        self,
+        worker: WorkerId,
+        key: Any,
+        block_hash: Any,
+        namespace: Hashable = None,
+        extras: Any = None,
     ) -> None:
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
         index = self._table.resolve(worker)
         h = _blocks.block_hash(block_hash, "block_hash")
         toks = _keys.tokens(key)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         root = self._roots.get(namespace)
-        node = self._find_page(root, toks) if root and toks and len(toks) % p == 0 else None
+        whole = bool(toks) and len(toks) % p == 0
+        node = self._find_page(root, toks, tags) if root is not None and whole else None
         if node is None or index not in node.holders:
             msg = "the worker holds no page ending at the end of key"
             raise InvalidInputError(msg)
@@ -1001,6 +1099,20 @@ class MetaCore:
                     stack.append((child, path + child.label))
         return out
 
+    def _path_tags(self, node: _MetaNode) -> tuple[int, ...]:
+        """The extra tags of the pages from the root to the end of ``node``, one per page."""
+        tags: list[int] = []
+        walk: _MetaNode | None = node
+        while walk is not None and walk.parent is not None:
+            tags.extend([0] * (len(walk.label) // self._page_size - 1) + [walk.tag])
+            walk = walk.parent
+        return tuple(reversed(tags))
+
+    def _extras(self, node: _MetaNode) -> npt.NDArray[np.uint64] | None:
+        """``_path_tags`` as records give it: a uint64 array, or None when all are 0."""
+        tags = self._path_tags(node)
+        return np.array(tags, dtype=np.uint64) if any(tags) else None
+
     def _path(self, node: _MetaNode) -> Tokens:
         parts: list[Tokens] = []
         walk: _MetaNode | None = node
@@ -1009,16 +1121,15 @@ class MetaCore:
             walk = walk.parent
         return tuple(t for part in reversed(parts) for t in part)
 
-    def _find_page(self, root: _MetaNode, toks: Tokens) -> _MetaNode | None:
+    def _find_page(self, root: _MetaNode, toks: Tokens, tags: Tags) -> _MetaNode | None:
         """The node below ``root`` containing the page that ends at ``len(toks)``, if any."""
-        p = self._page_size
         node, pos = root, 0
         n = len(toks)
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 return None
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             if pos + m < min(n, child.depth):
                 return None  # the key leaves the tree inside this node
             if child.depth >= n:
@@ -1031,22 +1142,40 @@ class MetaCore:
         parent = node.parent
         p = self._page_size
         assert parent is not None and 0 < m < len(node.label) and m % p == 0
-        assert not node.hashes, "a one-page block node is never cut"
+        assert not node.hashes and not node.tag, "a one-page node is never cut"
         upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m, node.namespace)
         upper.holders = set(node.holders)
         upper.stamps = dict(node.stamps)
-        parent.children[node.label[:p]] = upper
+        parent.children[node.label[:p], 0] = upper
         node.label = node.label[m:]
         node.parent = upper
-        upper.children[node.label[:p]] = node
+        upper.children[node.label[:p], 0] = node
         self._nodes += 1
         return upper
 
-    def _new_leaf(self, parent: _MetaNode, label: Tokens) -> _MetaNode:
-        leaf = _MetaNode(parent, label, parent.depth + len(label), parent.namespace)
-        parent.children[label[: self._page_size]] = leaf
+    def _new_leaf(self, parent: _MetaNode, label: Tokens, tag: int) -> _MetaNode:
+        leaf = _MetaNode(parent, label, parent.depth + len(label), parent.namespace, tag)
+        parent.children[label[: self._page_size], tag] = leaf
         self._nodes += 1
         return leaf
+
+    def _new_path(
+        self, parent: _MetaNode, toks: Tokens, lo: int, hi: int, tags: Tags, index: int | None
+    ) -> _MetaNode:
+        """New nodes below ``parent`` for ``toks[lo:hi]``: a run of untagged pages is one
+        node, a tagged page a node of its own; marked for worker ``index`` unless None.
+        Returns the last."""
+        p = self._page_size
+        while lo < hi:
+            tag = self._tag(tags, lo)
+            end = lo + p
+            while not tag and end < hi and not self._tag(tags, end):
+                end += p
+            parent = self._new_leaf(parent, toks[lo:end], tag)
+            if index is not None:
+                self._mark(parent, index)
+            lo = end
+        return parent
 
     def _mark(self, node: _MetaNode, index: int) -> None:
         node.holders.add(index)
@@ -1072,16 +1201,15 @@ class MetaCore:
         node.hashes[index] = h
         self._blocks[index][h] = node
 
-    def _refresh_path(self, index: int, root: _MetaNode, toks: Tokens, n: int) -> None:
+    def _refresh_path(self, index: int, root: _MetaNode, toks: Tokens, n: int, tags: Tags) -> None:
         """Every node on ``toks[:n]``'s path from ``root`` that worker ``index`` holds takes
         the clock."""
-        p = self._page_size
         node, pos = root, 0
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 return
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             if index in child.holders:
                 _require(pos + m == child.depth, "a refresh covers part of a node")
                 child.stamps[index] = self._clock
@@ -1123,7 +1251,7 @@ class MetaCore:
         for node in reversed(list(self._all_nodes())):
             parent = node.parent
             if parent is not None and not node.holders and not node.children:
-                del parent.children[node.label[:p]]
+                del parent.children[node.label[:p], node.tag]
                 node.parent = None
                 self._nodes -= 1
         for namespace in [ns for ns, root in self._roots.items() if not root.children]:

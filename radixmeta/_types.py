@@ -52,18 +52,23 @@ class MetaItem(NamedTuple):
         The workers holding every page of the node, by ascending index.
     namespace : hashable
         The namespace the node is in (None, the default, unless one was given).
+    extras : numpy.ndarray or None
+        ``uint64`` extra tags of the path's pages, one per page of ``key``;
+        None when every one is 0.
     """
 
     key: npt.NDArray[np.uint32]
     holders: tuple[WorkerId, ...]
     namespace: Hashable = None
+    extras: npt.NDArray[np.uint64] | None = None
 
 
 class DumpRecord(NamedTuple):
     """One record of ``MetaTree.dump(worker)``.
 
-    ``tree.insert(r.key, worker, start=r.start, namespace=r.namespace)`` for
-    each record, in order, rebuilds exactly what the worker held.
+    ``tree.insert(r.key, worker, start=r.start, extras=r.extras,
+    namespace=r.namespace)`` for each record, in order, rebuilds exactly what
+    the worker held.
 
     Attributes
     ----------
@@ -73,9 +78,12 @@ class DumpRecord(NamedTuple):
         Where the node begins: the worker holds ``key[start:]``.
     namespace : hashable
         The node's namespace.
+    extras : numpy.ndarray or None
+        ``uint64`` extra tags of the path's pages; None when every one is 0.
     """
 
     key: npt.NDArray[np.uint32]
     start: int
     namespace: Hashable = None
+    extras: npt.NDArray[np.uint64] | None = None
 

@@ -72,8 +72,9 @@ __all__ = [
 ]
 
 Tokens: TypeAlias = tuple[int, ...]
-#: A page of the model: its namespace and its full token path from the root.
-Page: TypeAlias = tuple[Hashable, Tokens]
+#: A page of the model: its namespace, its full token path from the root, and the extra
+#: tags of the path's pages (one per page).
+Page: TypeAlias = tuple[Hashable, Tokens, tuple[int, ...]]
 
 # ---------------------------------------------------------------------------------------
 # Brute-force model
@@ -100,8 +101,8 @@ class BruteForceMetaMatch:
 class BruteForceMetaTree:
     """A tree-less, brute-force model of the :class:`~radixmeta.MetaTree` semantics.
 
-    A page is named by its namespace and its full token path from the root.
-    The model keeps:
+    A page is named by its namespace, its full token path from the root and
+    the extra tags of that path's pages. The model keeps:
 
     * per worker index, ``pages``: every page it holds, mapped to the logical
       time of its last access (used by approximate workers only);
@@ -200,22 +201,29 @@ class BruteForceMetaTree:
         return len(self._pages[self._table.resolve(worker)]) * self._page_size
 
     # -- helpers ----------------------------------------------------------------------------
-    def _prefixes(self, namespace: Hashable, toks: Tokens, lo: int, hi: int) -> list[Page]:
-        """The pages of ``toks`` in ``namespace`` ending in ``(lo, hi]``."""
+    def _prefixes(
+        self, namespace: Hashable, toks: Tokens, tags: tuple[int, ...], lo: int, hi: int
+    ) -> list[Page]:
+        """The pages of ``toks`` (page tags ``tags``) in ``namespace`` ending in ``(lo, hi]``."""
         p = self._page_size
-        return [(namespace, toks[:k]) for k in range(lo + p, hi + 1, p)]
+        return [(namespace, toks[:k], tags[: k // p]) for k in range(lo + p, hi + 1, p)]
+
+    def _key_tags(self, extras: Any, toks: Tokens, name: str = "extras") -> tuple[int, ...]:
+        """A key's extra tags, one per whole page (0s for None)."""
+        count = len(toks) // self._page_size
+        return _keys.tags(extras, count, _keys.PER_PAGE, name) or (0,) * count
 
     def _in_tree(self, page: Page) -> bool:
-        namespace, toks = page
+        namespace, toks, tags = page
         return any(
-            ns == namespace and q[: len(toks)] == toks
+            ns == namespace and q[: len(toks)] == toks and t[: len(tags)] == tags
             for pages in self._pages.values()
-            for ns, q in pages
+            for ns, q, t in pages
         )
 
     def _settle_namespaces(self) -> None:
         """Forget the namespaces left without pages; list new ones last (creation order)."""
-        held = {ns for pages in self._pages.values() for ns, _ in pages}
+        held = {page[0] for pages in self._pages.values() for page in pages}
         self._namespaces = [ns for ns in self._namespaces if ns is None or ns in held]
         self._namespaces += [ns for ns in held if ns not in self._namespaces]
 
@@ -258,21 +266,28 @@ class BruteForceMetaTree:
 
     # -- token paths --------------------------------------------------------------------------
     def insert(
-        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Mark the key's pages from ``start`` on; returns pages newly marked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         self._clock += 1
         pages = self._pages[index]
         newly = 0
-        for page in self._prefixes(namespace, toks, start, n):
+        for page in self._prefixes(namespace, toks, tags, start, n):
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
         if self._approximate(index):
-            for page in self._prefixes(namespace, toks, 0, n):
+            for page in self._prefixes(namespace, toks, tags, 0, n):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
@@ -280,26 +295,35 @@ class BruteForceMetaTree:
         return newly
 
     def remove(
-        self, key: Any, worker: WorkerId, *, start: int = 0, namespace: Hashable = None
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Unmark the key's pages from ``start`` on; returns pages unmarked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         removed = 0
-        for page in self._prefixes(namespace, toks, start, n):
+        for page in self._prefixes(namespace, toks, tags, start, n):
             if page in self._pages[index]:
                 self._drop(index, page)
                 removed += 1
         self._settle_namespaces()
         return removed
 
-    def _match(self, toks: Tokens, touch: bool, namespace: Hashable) -> BruteForceMetaMatch:
+    def _match(
+        self, toks: Tokens, tags: tuple[int, ...], touch: bool, namespace: Hashable
+    ) -> BruteForceMetaMatch:
         p = self._page_size
         n = len(toks) // p * p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
-        pages = self._prefixes(namespace, toks, 0, n)
+        pages = self._prefixes(namespace, toks, tags, 0, n)
         tree_length = 0
         for page in pages:
             if not self._in_tree(page):
@@ -322,18 +346,19 @@ class BruteForceMetaTree:
         return BruteForceMetaMatch(lengths, tree_length, slots)
 
     def match(
-        self, key: Any, *, touch: bool = False, namespace: Hashable = None
+        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
     ) -> BruteForceMetaMatch:
         """Every worker's matched length of ``key`` (the gap rule)."""
         toks = _keys.tokens(key)
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
-        return self._match(toks, touch, namespace)
+        return self._match(toks, tags, touch, namespace)
 
     def match_many(
-        self, keys: Any, *, touch: bool = False, namespace: Hashable = None
+        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
     ) -> npt.NDArray[np.int64]:
         """``match`` of each key in order: an int64 array of shape (len(keys), n_workers)."""
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
@@ -347,10 +372,12 @@ class BruteForceMetaTree:
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        per_key = _keys.per_key_tags(extras, len(converted))
+        tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), self.n_workers), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch, namespace).lengths
+            out[r] = self._match(toks, tags[r], touch, namespace).lengths
         return out
 
     # -- block events -------------------------------------------------------------------------
@@ -362,6 +389,7 @@ class BruteForceMetaTree:
         token_ids: Any,
         *,
         tier: int = 0,
+        extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
         """Apply a ``BlockStored`` event atomically; returns pages newly marked."""
@@ -370,6 +398,7 @@ class BruteForceMetaTree:
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        tags = _keys.tags(extras, len(hashes), _keys.PER_BLOCK) or (0,) * len(hashes)
         _keys.check_namespace(namespace)
         p = self._page_size
         if len(toks) != len(hashes) * p:
@@ -377,13 +406,13 @@ class BruteForceMetaTree:
         known = self._hashes[index]
         if parent is not None and (parent not in known or known[parent][0] != namespace):
             raise _blocks.unknown_parent(worker, parent, namespace)
-        base = () if parent is None else known[parent][1]
+        _, base, base_tags = (None, (), ()) if parent is None else known[parent]
         for i, h in enumerate(hashes):
             if h == parent:
                 raise _blocks.cycle(i, h)
             if h in hashes[:i]:
                 raise _blocks.repeated_hash(i, h)
-            page = (namespace, base + toks[: (i + 1) * p])
+            page = (namespace, base + toks[: (i + 1) * p], base_tags + tags[: i + 1])
             if h in known and known[h] != page:
                 raise _blocks.names_other_page(worker, i, h)
             old = [g for g, q in known.items() if q == page and g != h]
@@ -394,15 +423,15 @@ class BruteForceMetaTree:
             return 0
         pages = self._pages[index]
         newly = 0
-        path = base + toks
+        path, path_tags = base + toks, base_tags + tags
         for i, h in enumerate(hashes):
-            page = (namespace, path[: len(base) + (i + 1) * p])
+            page = (namespace, path[: len(base) + (i + 1) * p], path_tags[: len(base_tags) + i + 1])
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
             known[h] = page
         if self._approximate(index):
-            for page in self._prefixes(namespace, path, 0, len(path)):
+            for page in self._prefixes(namespace, path, path_tags, 0, len(path)):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
@@ -462,9 +491,10 @@ class BruteForceMetaTree:
         """Namespaces that hold a page, in order of creation (None always first)."""
         return list(self._namespaces)
 
-    def page_order(self, page: Page) -> tuple[int, Tokens]:
-        """Sort key of "path order": namespace by namespace (:meth:`namespaces`), then path."""
-        return self._namespaces.index(page[0]), page[1]
+    def page_order(self, page: Page) -> tuple[int, Tokens, tuple[int, ...]]:
+        """Sort key of "path order": namespace by namespace (:meth:`namespaces`), then path
+        and tags."""
+        return self._namespaces.index(page[0]), page[1], page[2]
 
     def pages(self, worker: WorkerId) -> list[Page]:
         """The worker's pages, least recent (deepest first among equals) to most recent.
@@ -485,36 +515,41 @@ class BruteForceMetaTree:
         """
         p = self._page_size
         return [
-            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns) for ns, q in self.pages(worker)
+            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns, _extras(tags))
+            for ns, q, tags in self.pages(worker)
         ]
 
     def items(
         self, worker: WorkerId | None = None
-    ) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable]]:
-        """One ``(page path, holders, namespace)`` per page in the tree, in path order.
+    ) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable, tuple[int, ...]]]:
+        """One ``(page path, holders, namespace, page tags)`` per page in the tree, in path
+        order.
 
         Pages, not nodes: a tree's ``items()`` has one entry per run of pages.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
         every: set[Page] = set()
-        for ns, q in (q for pages in self._pages.values() for q in pages):
-            every.update(self._prefixes(ns, q, 0, len(q)))
+        for ns, q, tags in (q for pages in self._pages.values() for q in pages):
+            every.update(self._prefixes(ns, q, tags, 0, len(q)))
         out = []
         for page in sorted(every, key=self.page_order):
             holders = tuple(
                 w for i, w in enumerate(slots) if w is not None and page in self._pages[i]
             )
             if index is None or page in self._pages[index]:
-                out.append((page[1], holders, page[0]))
+                out.append((page[1], holders, page[0], page[2]))
         return out
 
     def _block_entries(
         self, worker: WorkerId
-    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable]]:
-        """(hash, page path, namespace) for every block hash of the worker, by hash."""
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable, npt.NDArray[np.uint64] | None]]:
+        """(hash, page path, namespace, extras) for every block hash of the worker, by hash."""
         known = self._hashes[self._table.resolve(worker)]
-        return [(h, np.array(known[h][1], dtype=np.uint32), known[h][0]) for h in sorted(known)]
+        return [
+            (h, np.array(known[h][1], dtype=np.uint32), known[h][0], _extras(known[h][2]))
+            for h in sorted(known)
+        ]
 
     def check(self) -> None:
         """Verify the model's own invariants; raises AssertionError."""
@@ -522,14 +557,14 @@ class BruteForceMetaTree:
         for index, pages in self._pages.items():
             live = index < len(self._table.slots) and self._table.slots[index] is not None
             assert live or not pages, "a removed worker holds pages"
-            assert all(q and len(q) % p == 0 for _, q in pages), "a page is not whole"
+            assert all(q and len(q) % p == 0 for _, q, _ in pages), "a page is not whole"
             for h, q in self._hashes[index].items():
                 assert q in pages, f"hash {h:#x} names a page the worker does not hold"
             assert len(set(self._hashes[index].values())) == len(self._hashes[index])
             capacity = self._table.capacities[index] if live else None
             if capacity is not None:
                 assert len(pages) * p <= capacity, "an approximate worker exceeds its capacity"
-                keys = {(stamp, len(q)) for (_, q), stamp in pages.items()}
+                keys = {(stamp, len(q)) for (_, q, _), stamp in pages.items()}
                 assert len(keys) == len(pages), "two pages of a worker tie in recency"
 
 
@@ -538,7 +573,14 @@ class BruteForceMetaTree:
 # ---------------------------------------------------------------------------------------
 
 
-def block_hash_of(path: Sequence[int], salt: int = 0, namespace: Hashable = None) -> int:
+def _extras(tags: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
+    """Page tags as records give them: a uint64 array, or None when all are 0."""
+    return np.array(tags, dtype=np.uint64) if any(tags) else None
+
+
+def block_hash_of(
+    path: Sequence[int], salt: int = 0, namespace: Hashable = None, extras: Sequence[int] = ()
+) -> int:
     """A deterministic 64-bit block hash of a page path (unsigned), as the operations use.
 
     Parameters
@@ -549,6 +591,9 @@ def block_hash_of(path: Sequence[int], salt: int = 0, namespace: Hashable = None
         Other salts give other hashes for the same page.
     namespace : hashable, default None
         The page's namespace: engines hash the LoRA adapter and cache salt in.
+    extras : sequence of int, default ()
+        The extra tags of the path's pages (multimodal inputs); all-0 tags hash
+        as none.
 
     Examples
     --------
@@ -556,9 +601,14 @@ def block_hash_of(path: Sequence[int], salt: int = 0, namespace: Hashable = None
     True
     >>> block_hash_of([1, 2]) != block_hash_of([1, 2], namespace="lora")
     True
+    >>> block_hash_of([1, 2], extras=[0]) == block_hash_of([1, 2])
+    True
+    >>> block_hash_of([1, 2], extras=[5]) != block_hash_of([1, 2])
+    True
     """
     tag = () if namespace is None else (repr(namespace),)
-    data = repr((salt, tuple(int(t) for t in path), *tag)).encode()
+    tags = (tuple(int(t) for t in extras),) if any(extras) else ()
+    data = repr((salt, tuple(int(t) for t in path), *tag, *tags)).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
@@ -580,43 +630,47 @@ class RemoveWorker:
 
 @dataclass(frozen=True)
 class Insert:
-    """``tree.insert(key, w, start=start, namespace=namespace)``."""
+    """``tree.insert(key, w, start=start, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class Remove:
-    """``tree.remove(key, w, start=start, namespace=namespace)``."""
+    """``tree.remove(key, w, start=start, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class Match:
-    """``tree.match(key, touch=touch, namespace=namespace)``; the outcome is
+    """``tree.match(key, touch=touch, extras=extras, namespace=namespace)``; the outcome is
     ``(lengths, tree_length, best)``."""
 
     key: list[int]
     touch: bool = False
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class MatchMany:
-    """``tree.match_many(keys, touch=touch, namespace=namespace)``; ``as_array`` passes a 2-D
-    array (equal lengths)."""
+    """``tree.match_many(keys, touch=touch, extras=extras, namespace=namespace)``;
+    ``as_array`` passes a 2-D array (equal lengths)."""
 
     keys: list[list[int]]
     touch: bool = False
     as_array: bool = False
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one entry (tags or None) per key, None, or a bad value
 
 
 #: Kinds of :class:`ApplyStored` calls: well-formed ones, and each way of being refused.
@@ -633,17 +687,20 @@ STORED_VARIANTS = (
     "tier",  # tier=1
     "float_hash",  # a float where a hash belongs
     "big_hash",  # 2**64, outside the hash range
+    "retagged",  # the same pages under other extra tags (other pages, hashed apart)
 )
 
 
 @dataclass(frozen=True)
 class ApplyStored:
-    """``tree.apply_stored(w, parent, hashes, tokens, namespace=namespace)`` for pages of ``key``.
+    """``tree.apply_stored(w, parent, hashes, tokens, extras=..., namespace=namespace)`` for
+    pages of ``key``.
 
     The blocks are the key's pages ``parent_pages`` to ``parent_pages + blocks``;
-    the parent is the page before them (None at the root); hashes come from
-    :func:`block_hash_of` (of the namespace and the path), altered as ``variant``
-    (one of :data:`STORED_VARIANTS`) says.
+    the parent is the page before them (None at the root); ``extras`` are the
+    key's page tags, of which the event takes the blocks' (a bad value is passed
+    as it is); hashes come from :func:`block_hash_of` (of the namespace, the
+    path and its tags), altered as ``variant`` (one of :data:`STORED_VARIANTS`) says.
     """
 
     worker: int
@@ -652,14 +709,16 @@ class ApplyStored:
     blocks: int
     variant: str = "ok"
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class ApplyRemoved:
     """``tree.apply_removed(w, hashes)`` for the pages of ``key`` from ``first_page`` on.
 
-    ``salt`` 0 names them as :class:`ApplyStored` "ok" does in ``namespace`` (a
-    removal itself carries no namespace); ``tier`` other than 0 is refused.
+    ``salt`` 0 names them as :class:`ApplyStored` "ok" does in ``namespace``
+    with the key's page tags ``extras`` (a removal itself carries neither);
+    ``tier`` other than 0 is refused.
     """
 
     worker: int
@@ -668,6 +727,7 @@ class ApplyRemoved:
     salt: int = 0
     tier: int = 0
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
@@ -707,14 +767,22 @@ def _stored_args(op: ApplyStored, page_size: int) -> tuple[Any, Any, Any, dict[s
     first = op.parent_pages * p
     end = first + op.blocks * p
     ns = op.namespace if _hashable(op.namespace) else None
+    given = _well_formed_tags(op.extras, len(key) // p)
+    tags = given or [0] * (len(key) // p)
+    if op.variant == "retagged":
+        tags = [t + 1 for t in tags]
 
     def hash_of(path: list[int], salt: int = 0) -> int:
-        return block_hash_of(path, salt, ns)
+        return block_hash_of(path, salt, ns, tags[: len(path) // p])
 
     parent: Any = hash_of(key[:first]) if first else None
     hashes: Any = [hash_of(key[: first + (i + 1) * p]) for i in range(op.blocks)]
     tokens: Any = key[first:end]
     kwargs: dict[str, Any] = {} if op.namespace is None else {"namespace": op.namespace}
+    if given is not None or op.variant == "retagged":
+        kwargs["extras"] = tags[op.parent_pages : op.parent_pages + op.blocks]
+    elif op.extras is not None:
+        kwargs["extras"] = op.extras  # a bad value, passed as it is
     v = op.variant
     if v == "signed":
         hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
@@ -750,7 +818,16 @@ def _removed_hashes(op: ApplyRemoved, page_size: int) -> list[int]:
     n = len(key) // page_size * page_size
     ends = range((op.first_page + 1) * page_size, n + 1, page_size)
     ns = op.namespace if _hashable(op.namespace) else None
-    return [block_hash_of(key[:k], op.salt, ns) for k in ends]
+    tags = _well_formed_tags(op.extras, len(key) // page_size) or []
+    return [block_hash_of(key[:k], op.salt, ns, tags[: k // page_size]) for k in ends]
+
+
+def _well_formed_tags(extras: Any, pages: int) -> list[int] | None:
+    """``extras`` if it is a well-formed list of tags for ``pages`` pages, else None."""
+    ok = isinstance(extras, list) and len(extras) == pages
+    if ok and all(type(t) is int and 0 <= t < _keys.TAG_LIMIT for t in extras):
+        return list(extras)
+    return None
 
 
 def _hashable(value: Any) -> bool:
@@ -781,19 +858,20 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
         return tree.add_worker(op.name, op.dp_rank, capacity=op.capacity)
     if isinstance(op, RemoveWorker):
         return int(tree.remove_worker(pick(op.worker)))
-    if isinstance(op, Insert):
-        return int(tree.insert(op.key, pick(op.worker), start=op.start, namespace=op.namespace))
-    if isinstance(op, Remove):
-        return int(tree.remove(op.key, pick(op.worker), start=op.start, namespace=op.namespace))
+    if isinstance(op, (Insert, Remove)):
+        method = tree.insert if isinstance(op, Insert) else tree.remove
+        kw = {"start": op.start, "extras": op.extras, "namespace": op.namespace}
+        return int(method(op.key, pick(op.worker), **kw))
     if isinstance(op, Match):
-        m = tree.match(op.key, touch=op.touch, namespace=op.namespace)
+        m = tree.match(op.key, touch=op.touch, extras=op.extras, namespace=op.namespace)
         best = m.best()
         return (m.lengths.tolist(), int(m.tree_length), best)
     if isinstance(op, MatchMany):
         keys: Any = op.keys
         if op.as_array and keys and len({len(k) for k in keys}) == 1:
             keys = np.array(keys, dtype=np.int64).reshape(len(keys), len(keys[0]))
-        return _plain(tree.match_many(keys, touch=op.touch, namespace=op.namespace))
+        kw = {"touch": op.touch, "extras": op.extras, "namespace": op.namespace}
+        return _plain(tree.match_many(keys, **kw))
     if isinstance(op, ApplyStored):
         parent, hashes, tokens, kwargs = _stored_args(op, p)
         return int(tree.apply_stored(pick(op.worker), parent, hashes, tokens, **kwargs))
@@ -934,7 +1012,7 @@ def _operation_lists(
         start = draw(st.integers(0, whole)) * p if draw(st.booleans()) else 0
         if draw(st.integers(0, 9)) == 0:  # a bad start: ragged or beyond the key
             start = draw(st.sampled_from([start + 1, (whole + 1) * p, -p]))
-        return cls(k, draw(worker), start, draw(namespace))
+        return cls(k, draw(worker), start, draw(namespace), draw(extras(k)))
 
     @st.composite
     def stored(draw: st.DrawFn) -> ApplyStored:
@@ -943,7 +1021,9 @@ def _operation_lists(
         parent = draw(st.integers(0, whole))
         blocks = draw(st.integers(0, whole - parent))
         variant = draw(st.just("ok") | st.sampled_from(STORED_VARIANTS))
-        return ApplyStored(draw(worker), k, parent, blocks, variant, draw(namespace))
+        return ApplyStored(
+            draw(worker), k, parent, blocks, variant, draw(namespace), draw(extras(k))
+        )
 
     @st.composite
     def removed(draw: st.DrawFn) -> ApplyRemoved:
@@ -951,7 +1031,24 @@ def _operation_lists(
         first = draw(st.integers(0, max(0, len(k) // p - 1)))
         salt = draw(st.sampled_from([0, 0, 0, 1]))
         tier = draw(st.sampled_from([0] * 9 + [2]))
-        return ApplyRemoved(draw(worker), k, first, salt, tier, draw(namespace))
+        return ApplyRemoved(draw(worker), k, first, salt, tier, draw(namespace), draw(extras(k)))
+
+    @st.composite
+    def extras(draw: st.DrawFn, k: list[int]) -> Any:
+        """Mostly no tags; else a tag (1 or 2) on some pages; now and then a bad value."""
+        pages = len(k) // p
+        kind = draw(st.sampled_from(["none"] * 5 + ["tags"] * 3 + ["bad"]))
+        if kind == "none":
+            return None
+        if kind == "tags":
+            return draw(st.lists(st.sampled_from([0, 0, 1, 2]), min_size=pages, max_size=pages))
+        return draw(st.sampled_from([[0] * (pages + 1), [-1] * pages, [0.5] * pages, 7]))
+
+    @st.composite
+    def many_keys(draw: st.DrawFn) -> MatchMany:
+        keys = draw(st.lists(key(), max_size=3))
+        tags = None if draw(st.booleans()) else [draw(extras(k)) for k in keys]
+        return MatchMany(keys, draw(st.booleans()), draw(st.booleans()), draw(namespace), tags)
 
     worker = st.integers(-1, max_workers * 2)
     # Mostly the default namespace, then two others; [] (unhashable) is refused.
@@ -964,10 +1061,10 @@ def _operation_lists(
     remove_worker: st.SearchStrategy[MetaOperation] = st.builds(RemoveWorker, worker)
     insert: st.SearchStrategy[MetaOperation] = keyed_start(Insert)
     remove: st.SearchStrategy[MetaOperation] = keyed_start(Remove)
-    match: st.SearchStrategy[MetaOperation] = st.builds(Match, key(), st.booleans(), namespace)
-    many: st.SearchStrategy[MetaOperation] = st.builds(
-        MatchMany, st.lists(key(), max_size=3), st.booleans(), st.booleans(), namespace
+    match: st.SearchStrategy[MetaOperation] = key().flatmap(
+        lambda k: st.builds(Match, st.just(k), st.booleans(), namespace, extras(k))
     )
+    many: st.SearchStrategy[MetaOperation] = many_keys()
     store: st.SearchStrategy[MetaOperation] = stored()
     unstore: st.SearchStrategy[MetaOperation] = removed()
     cleared: st.SearchStrategy[MetaOperation] = st.builds(ApplyCleared, worker)
@@ -1008,10 +1105,10 @@ def meta_operations(
     keys' pages, batches of event records, and worker removals. Keys come
     from one pool of stems (:func:`meta_key_pools`) per example, cut at page
     boundaries, sometimes with a ragged tail that the tree must ignore. Calls
-    that name pages take a namespace, mostly the default. About one call in
-    ten has a bad argument (a bad ``start``, a stale or foreign worker, an
-    unknown parent, a conflicting or repeated hash, a bad tier, token count,
-    hash value or namespace).
+    that name pages take a namespace, mostly the default, and often extra
+    tags on some pages. About one call in ten has a bad argument (a bad
+    ``start``, a stale or foreign worker, an unknown parent, a conflicting or
+    repeated hash, a bad tier, token count, hash value, namespace or tags).
 
     Parameters
     ----------

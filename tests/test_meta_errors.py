@@ -62,6 +62,8 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     tree.apply_stored(c, None, [-5], [8, 8])
     tree.insert([1, 2, 3, 4], b, namespace="lora")
     tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
+    tree.apply_stored(b, None, [0x7E1], [1, 2], extras=[0xE])
+    tree.insert([1, 2, 9, 9], c, extras=[0, 2**63])
     tree.insert([3, 3, 3, 3], gone)
     tree.remove_worker(gone)
     reused = tree.add_worker("reused")
@@ -255,6 +257,76 @@ for label, args, namespace, exc, message in [
     case(f"apply_stored: {label}", exc, message)(
         lambda t, w, args=args, ns=namespace: t.apply_stored(w["a"], *args, namespace=ns)
     )
+
+# -- extra tags -------------------------------------------------------------------------------
+TAG_RANGE = "is outside the tag range [0, 2**64)"
+PER_PAGE = "extras must hold one tag per whole page of the key (1), got {}"
+BAD_TAGS: list[tuple[str, Any, type[RadixMetaError], str]] = [
+    ("too many", [0, 0], InvalidInputError, PER_PAGE.format(2)),
+    ("too few", [], InvalidInputError, PER_PAGE.format(0)),
+    ("str", "ab", InputTypeError, "extras must be a sequence of integers, got str"),
+    ("int", 5, InputTypeError, "extras must be a sequence of integers, got int"),
+    ("float", [1.5], InputTypeError, "extras[0] must be an integer, got float"),
+    ("bool", [True], InputTypeError, "extras[0] must be an integer, got bool"),
+    ("negative", [-1], InvalidInputError, f"extras[0] = -1 {TAG_RANGE}"),
+    ("2**64", [2**64], InvalidInputError, f"extras[0] = 18446744073709551616 {TAG_RANGE}"),
+    ("negative array", np.array([-3]), InvalidInputError, f"extras[0] = -3 {TAG_RANGE}"),
+    ("float array", np.array([1.0]), InputTypeError,
+     "extras must hold integers, got dtype float64"),
+    ("2-D array", np.zeros((1, 1), dtype=np.uint64), InvalidInputError,
+     "extras must be 1-D, got an array with 2 dimensions"),
+    ("long array", np.zeros(3, dtype=np.uint64), InvalidInputError, PER_PAGE.format(3)),
+]  # fmt: skip
+for label, tags, exc, message in BAD_TAGS:
+    for method, fn in {
+        "insert": lambda t, w, x: t.insert([1, 2, 3], w["a"], extras=x, namespace=[]),
+        "remove": lambda t, w, x: t.remove([1, 2], w["a"], extras=x),
+        "match": lambda t, w, x: t.match([1, 2], touch=True, extras=x),
+        "match_many": lambda t, w, x: t.match_many([[1, 2]], extras=[x]),
+        "_bind_hash": lambda t, w, x: t._bind_hash(w["a"], [1, 2], 0xF1, None, x),
+        "apply_stored": lambda t, w, x: t.apply_stored(w["a"], None, [0xF1], [6, 6], extras=x),
+    }.items():
+        if method == "match_many":
+            message_of = message.replace("extras", "extras[0]", 1)
+        elif method == "apply_stored":
+            message_of = message.replace("whole page of the key", "block")
+        else:
+            message_of = message
+        case(f"{method}: extras {label}", exc, message_of)(
+            lambda t, w, fn=fn, tags=tags: fn(t, w, tags)
+        )
+for label, extras, exc, message in [
+    ("int", 5, InputTypeError, "extras must be a sequence of per-key extras, got int"),
+    ("str", "ab", InputTypeError, "extras must be a sequence of per-key extras, got str"),
+    ("one too many", [None, None], InvalidInputError,
+     "extras must hold one entry per key (1), got 2"),
+    ("2-D rows", np.zeros((2, 1), dtype=np.uint64), InvalidInputError,
+     "extras must hold one entry per key (1), got 2"),
+]:  # fmt: skip
+    case(f"match_many: extras {label}", exc, message)(
+        lambda t, w, x=extras: t.match_many([[1, 2]], touch=True, extras=x)
+    )
+for method, fn, exc, message in [
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6.5], extras=[-1]),
+     InputTypeError, "key[0] must be an integer, got float"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], extras=[0, 0]),
+     InvalidInputError, "extras must hold one tag per block (1), got 2"),
+    ("apply_stored",
+     lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], extras=[0], namespace=[]),
+     InputTypeError, UNHASHABLE.format("list")),
+    ("insert", lambda t, w: t.insert([1, 2], w["a"], start=1, extras=[-1]), InvalidInputError,
+     "start must be a multiple of page_size (2), got 1"),
+    ("match", lambda t, w: t.match([1.5], extras=[-1]), InputTypeError,
+     "key[0] must be an integer, got float"),
+    ("match_many", lambda t, w: t.match_many([[1, 2]], touch=1, extras=5), InputTypeError,
+     "touch must be a bool, got int"),
+]:  # fmt: skip
+    case(f"{method}: checking order with extras ({message})", exc, message)(fn)
+case("apply_stored: a tagged block's hash names the untagged page", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000a1 already names a different block of "
+     "worker ('a', dp_rank=0)")(
+    lambda t, w: t.apply_stored(w["a"], None, [0xA1], [1, 2], extras=[1])
+)  # fmt: skip
 
 # -- match ------------------------------------------------------------------------------------
 for label, touch in [("int", 1), ("None", None), ("str", "yes")]:
@@ -495,8 +567,11 @@ def test_event_batch_statuses(meta_impl: type) -> None:
         ("stored", a, None, [0xD8], [6, 6], ["namespace", "x"]),  # options are a dict
         ("removed", a, [0xD6], {"namespace": "lora"}),  # removals take no namespace
         ("cleared", w["c"], {}),  # applied: no options
+        ("stored", a, None, [0xD9], [6, 6], {"extras": [3]}),  # applied: another page
+        ("stored", a, None, [0xDA], [6, 6], {"extras": [-1]}),  # a bad tag
+        ("stored", a, None, [0xDA], [6, 6], {"extras": [1, 2]}),  # one tag per block
     ]
-    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0]
+    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0, 0, 3, 3]
     status = tree.apply_events(iter(records))  # any iterable
     assert status.dtype == np.int8
     assert status.tolist() == expected
@@ -512,6 +587,7 @@ def test_event_batch_statuses(meta_impl: type) -> None:
     twin.apply_cleared(v["reused"])
     twin.apply_stored(v["a"], None, [0xD6], [6, 6], namespace="lora")
     twin.apply_cleared(v["c"])
+    twin.apply_stored(v["a"], None, [0xD9], [6, 6], extras=[3])
     assert state(tree) == state(twin)
     assert tree.apply_events([]).tolist() == []
 

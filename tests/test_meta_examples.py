@@ -297,16 +297,62 @@ def test_dump_replay_restores_pages_recency_and_hashes(meta_impl: type) -> None:
     copy = meta_impl(2)
     for worker in tree.workers:
         twin = copy.add_worker(worker.name, worker.dp_rank, capacity=tree.capacity_of(worker))
-        for key, start, namespace in tree.dump(worker):
-            copy.insert(key, twin, start=start, namespace=namespace)
-        for block_hash, key, namespace in tree._block_entries(worker):
-            copy._bind_hash(twin, key, block_hash, namespace)
+        for key, start, namespace, extras in tree.dump(worker):
+            copy.insert(key, twin, start=start, extras=extras, namespace=namespace)
+        for block_hash, key, namespace, extras in tree._block_entries(worker):
+            copy._bind_hash(twin, key, block_hash, namespace, extras)
     assert state(copy) == state(tree)
     # Same recency: the next insert evicts the same pages on both.
     for t in (tree, copy):
         t.insert([5, 5, 5, 5], t.worker("w"))
     assert state(copy) == state(tree)
     copy.check()
+
+
+# -- extra tags ------------------------------------------------------------------------------
+def test_issue_8_images_with_equal_placeholders_are_different_pages(meta_impl: type) -> None:
+    """With distinct extra tags, image B's page no longer steals A's continuation, removing B
+    leaves A, and A's continuation stores fine."""
+    t = meta_impl(page_size=4)
+    w = t.add_worker("w")
+    img = [9, 9, 9, 9]
+    tag_a, tag_b = 0xA0A0, 2**64 - 1  # as the engine derives them from each image's hash
+    t.apply_stored(w, None, [0xA], img, extras=[tag_a])
+    t.apply_stored(w, 0xA, [0xA1], [1, 2, 3, 4])
+    assert t.apply_stored(w, None, [0xB], img, extras=np.array([tag_b], dtype=np.uint64)) == 1
+    query = [*img, 1, 2, 3, 4]
+    assert t.match(query, extras=[tag_b, 0]).length_of(w) == 4  # B's page, not A's continuation
+    assert t.match(query, extras=[tag_a, 0]).length_of(w) == 8
+    assert t.match(query).length_of(w) == 0  # untagged placeholders are a third page
+    assert t.apply_removed(w, [0xB]) == 1
+    assert t.match(query, extras=[tag_a, 0]).length_of(w) == 8  # A is left
+    assert t.apply_stored(w, 0xA, [0xA2], [5] * 4) == 1  # A's continuation stores fine
+    assert [(h, e) for h, _, _, e in plain(t._block_entries(w))] == [
+        (0xA, [tag_a]), (0xA1, [tag_a, 0]), (0xA2, [tag_a, 0])
+    ]  # fmt: skip
+    t.check()
+
+
+def test_tagged_pages_are_one_page_nodes(meta_impl: type) -> None:
+    tree = meta_impl(2)
+    a, b = tree.add_worker("a"), tree.add_worker("b")
+    key = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert tree.insert(key, a, extras=[0, 7, 0, 0]) == 4
+    first = tree.items()[0]
+    assert (first.key.tolist(), first.extras) == ([1, 2], None)
+    assert [r.extras.tolist() for r in tree.items()[1:]] == [[0, 7], [0, 7, 0, 0]]
+    assert tree.insert(key, b) == 4  # untagged: a branch of its own after [1, 2]
+    assert tree.node_count == 4
+    m = tree.match(key, extras=[0, 7, 0, 0])
+    assert m.lengths.tolist() == [8, 2] and m.tree_length == 8
+    assert tree.match(key, extras=[0, 7, 0, 9]).lengths.tolist() == [6, 2]
+    assert tree.match_many([key, key], extras=[None, [0, 7, 0, 0]]).tolist() == [[2, 8], [8, 2]]
+    assert tree.remove(key, a, extras=[0, 7, 0, 0], start=4) == 2
+    assert tree.insert(key, a, extras=[0, 7, 0, 0], start=4) == 2
+    # Tags of 0 everywhere are no tags: the same pages as no extras at all.
+    assert tree.insert(key, b, extras=[0, 0, 0, 0]) == 0
+    assert tree.dump(b)[0].extras is None
+    tree.check()
 
 
 # -- namespaces ------------------------------------------------------------------------------
@@ -408,6 +454,8 @@ def test_pickle_round_trip(cls: type) -> None:
     tree.insert([9, 9], w)
     tree.insert([1, 2, 3, 4], a, namespace="lora")
     tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
+    tree.apply_stored(a, 0xC1, [0xC2, 0xC3], [7, 7, 7, 7], extras=[5, 0], namespace=("salt", 1))
+    tree.insert([1, 2, 3, 4], w, extras=[0, 2**64 - 1])
     copy = pickle.loads(pickle.dumps(tree))
     assert type(copy) is cls
     assert state(copy) == state(tree)

@@ -75,6 +75,14 @@ STARTS = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3, "end", "end", "ragged", "beyon
 TOUCH = st.sampled_from([False, False, True, True, True, 1])
 # Namespaces: mostly the default; "lora" and 7 and b"salt" are three others; [] is unhashable.
 NAMESPACE = st.sampled_from([None] * 6 + ["lora", "lora", 7, b"salt", []])
+# Extra tags: mostly none; else a pattern of tags (mostly 0) repeated over the key's pages,
+# as a list or a uint64 array; now and then a bad value.
+TAGS = st.one_of(
+    st.none(),
+    st.none(),
+    st.tuples(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=1, max_size=4), st.booleans()),
+    st.sampled_from(["negative", "long", "float"]),
+)
 
 
 def plain(value: Any) -> Any:
@@ -89,21 +97,37 @@ def plain(value: Any) -> Any:
     return value
 
 
-def node_pages(tree: Any) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable]]:
-    """A tree's ``items()`` expanded to one (page path, holders, namespace) per page, in path
-    order (namespace by namespace, as ``namespaces()`` lists them)."""
+Page = tuple[Tokens, tuple[WorkerId, ...], Hashable, Tokens]
+
+
+def tags_of(extras: Any, key: Tokens, p: int) -> Tokens:
+    """A record's extras as a tuple of one tag per page of ``key``."""
+    return (0,) * (len(key) // p) if extras is None else tuple(int(t) for t in extras)
+
+
+def node_pages(tree: Any) -> list[Page]:
+    """A tree's ``items()`` expanded to one (page path, holders, namespace, page tags) per
+    page, in path order (namespace by namespace, as ``namespaces()`` lists them)."""
     p = tree.page_size
     order = tree.namespaces()
-    items = [(tuple(int(t) for t in key), holders, ns) for key, holders, ns in tree.items()]
-    ends = {(ns, key) for key, _, ns in items}
+    items = []
+    for key, holders, ns, extras in tree.items():
+        toks = tuple(int(t) for t in key)
+        items.append((toks, holders, ns, tags_of(extras, toks, p)))
+    ends = {(ns, key, tags) for key, _, ns, tags in items}
     out = []
-    for key, holders, ns in items:
+    for key, holders, ns, tags in items:
         start = max(
-            (len(e) for n, e in ends if n == ns and len(e) < len(key) and key[: len(e)] == e),
+            (
+                len(e)
+                for n, e, t in ends
+                if n == ns and len(e) < len(key) and key[: len(e)] == e and tags[: len(t)] == t
+            ),
             default=0,
         )
-        out.extend((key[:end], holders, ns) for end in range(start + p, len(key) + 1, p))
-    return sorted(out, key=lambda page: (order.index(page[2]), page[0]))
+        for end in range(start + p, len(key) + 1, p):
+            out.append((key[:end], holders, ns, tags[: end // p]))
+    return sorted(out, key=lambda page: (order.index(page[2]), page[0], page[3]))
 
 
 def plain_records(records: Any) -> list[tuple[Any, ...]]:
@@ -111,15 +135,16 @@ def plain_records(records: Any) -> list[tuple[Any, ...]]:
     return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
 
 
-def dump_pages(tree: Any, worker: WorkerId) -> list[tuple[Hashable, Tokens]]:
-    """A tree's ``dump(worker)`` expanded to (namespace, page path), deepest first within each
-    record."""
+def dump_pages(tree: Any, worker: WorkerId) -> list[tuple[Hashable, Tokens, Tokens]]:
+    """A tree's ``dump(worker)`` expanded to (namespace, page path, page tags), deepest first
+    within each record."""
     p = tree.page_size
-    out: list[tuple[Hashable, Tokens]] = []
-    for key, start, ns in tree.dump(worker):
+    out: list[tuple[Hashable, Tokens, Tokens]] = []
+    for key, start, ns, extras in tree.dump(worker):
         toks = tuple(int(t) for t in key)
+        tags = tags_of(extras, toks, p)
         assert start % p == 0 and start < len(toks)
-        out.extend((ns, toks[:end]) for end in range(len(toks), start, -p))
+        out.extend((ns, toks[:end], tags[: end // p]) for end in range(len(toks), start, -p))
     return out
 
 
@@ -172,6 +197,21 @@ class MetaMachine(RuleBasedStateMachine):
         if spec == "beyond":
             return whole + self.p
         return min(int(spec) * self.p, whole)
+
+    def tags(self, spec: Any, toks: list[int]) -> Any:
+        """The extras argument ``spec`` (see TAGS) makes for key ``toks``."""
+        pages = len(toks) // self.p
+        if spec is None:
+            return None
+        if spec == "negative":
+            return [-1] * pages
+        if spec == "long":
+            return [0] * (pages + 1)
+        if spec == "float":
+            return [0.5] * pages
+        pattern, as_array = spec
+        tags = [pattern[i % len(pattern)] for i in range(pages)]
+        return np.array(tags, dtype=np.uint64) if as_array else tags
 
     def live(self) -> tuple[WorkerId, ...]:
         return self.model.workers
@@ -235,38 +275,50 @@ class MetaMachine(RuleBasedStateMachine):
     # -- rules: token paths -------------------------------------------------------------------
     @rule(
         calls=st.lists(
-            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE), min_size=1, max_size=3
+            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE, TAGS), min_size=1, max_size=3
         )
     )
-    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any]]) -> None:
+    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any, Any]]) -> None:
         # Up to three inserts per step, so that trees grow between removals and evictions.
-        for who, key, start, as_array, ns in calls:
+        for who, key, start, as_array, ns, tags in calls:
             w, toks = self.who(who), self.key(key)
-            s = self.start(start, toks)
+            kw = {"start": self.start(start, toks), "extras": self.tags(tags, toks)}
+            kw["namespace"] = ns
             arg = np.array(toks, dtype=np.int64) if as_array else toks
-            self.call(lambda t, w=w, arg=arg, s=s, ns=ns: t.insert(arg, w, start=s, namespace=ns))
+            self.call(lambda t, w=w, arg=arg, kw=kw: t.insert(arg, w, **kw))
 
-    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE)
-    def remove(self, who: tuple[str, int], key: Any, start: Any, ns: Any) -> None:
+    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE, tags=TAGS)
+    def remove(self, who: tuple[str, int], key: Any, start: Any, ns: Any, tags: Any) -> None:
         w, toks = self.who(who), self.key(key)
-        s = self.start(start, toks)
-        self.call(lambda t: t.remove(toks, w, start=s, namespace=ns))
+        kw = {"start": self.start(start, toks), "namespace": ns, "extras": self.tags(tags, toks)}
+        self.call(lambda t: t.remove(toks, w, **kw))
 
-    @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE)
-    def match(self, key: Any, touch: Any, who: tuple[str, int], ns: Any) -> None:
+    @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE, tags=TAGS)
+    def match(self, key: Any, touch: Any, who: tuple[str, int], ns: Any, tags: Any) -> None:
         toks = self.key(key)
-        outcome = self.call(lambda t: t.match(toks, touch=touch, namespace=ns))
+        kw = {"namespace": ns, "extras": self.tags(tags, toks)}
+        outcome = self.call(lambda t: t.match(toks, touch=touch, **kw))
         if outcome[0] == "ok":
             # length_of on a fresh match: a live worker, or the same error everywhere.
             w = self.who(who)
-            self.call(lambda t: t.match(toks, namespace=ns).length_of(w))
+            self.call(lambda t: t.match(toks, **kw).length_of(w))
 
-    @rule(keys=st.lists(KEYS, max_size=4), touch=TOUCH, as_array=st.booleans(), ns=NAMESPACE)
-    def match_many(self, keys: list[Any], touch: Any, as_array: bool, ns: Any) -> None:
-        rows: Any = [self.key(k) for k in keys]
+    @rule(
+        keys=st.lists(st.tuples(KEYS, TAGS), max_size=4),
+        touch=TOUCH,
+        as_array=st.booleans(),
+        ns=NAMESPACE,
+        tagged=st.booleans(),
+    )
+    def match_many(
+        self, keys: list[Any], touch: Any, as_array: bool, ns: Any, tagged: bool
+    ) -> None:
+        rows: Any = [self.key(k) for k, _ in keys]
+        extras = [self.tags(t, row) for (_, t), row in zip(keys, rows, strict=True)]
         if as_array and rows and len({len(r) for r in rows}) == 1:
             rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
-        self.call(lambda t: t.match_many(rows, touch=touch, namespace=ns))
+        kw = {"touch": touch, "namespace": ns, "extras": extras if tagged else None}
+        self.call(lambda t: t.match_many(rows, **kw))
 
     # -- rules: block events -------------------------------------------------------------------
     @rule(
@@ -276,14 +328,24 @@ class MetaMachine(RuleBasedStateMachine):
         blocks=st.integers(0, 4),
         variant=st.just("ok") | st.sampled_from(STORED_VARIANTS),
         ns=NAMESPACE,
+        tags=TAGS,
     )
     def apply_stored(
-        self, who: tuple[str, int], key: Any, parent: int, blocks: int, variant: str, ns: Any
+        self,
+        who: tuple[str, int],
+        key: Any,
+        parent: int,
+        blocks: int,
+        variant: str,
+        ns: Any,
+        tags: Any,
     ) -> None:
         w, toks = self.who(who), self.key(key)
         whole = len(toks) // self.p
         parent = min(parent, whole)
-        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant, ns)
+        extras = self.tags(tags, toks)
+        extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
+        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant, ns, extras)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
     @rule(
@@ -294,6 +356,7 @@ class MetaMachine(RuleBasedStateMachine):
         signed=st.booleans(),
         bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count", "namespace"]),
         ns=NAMESPACE,
+        tagged=st.sampled_from([False, False, True]),
     )
     def stored_chain(
         self,
@@ -304,14 +367,18 @@ class MetaMachine(RuleBasedStateMachine):
         signed: bool,
         bad: Any,
         ns: Any,
+        tagged: bool,
     ) -> None:
-        """An event chained onto a block the worker holds (in the parent's namespace), or onto
-        the root of ``ns``; ``bad`` spoils it ("namespace": the parent is in another one)."""
+        """An event chained onto a block the worker holds (in the parent's namespace, after
+        its tags), or onto the root of ``ns``; ``tagged`` tags its first block; ``bad``
+        spoils it ("namespace": the parent is in another one)."""
         w = self.who(who)
         entries = self.model._block_entries(w) if w in self.live() else []
+        base_tags: Tokens = ()
         if entries and pick % 4:
-            parent, base_arr, ns = entries[pick % len(entries)]
+            parent, base_arr, ns, base_extras = entries[pick % len(entries)]
             base: list[int] = [int(t) for t in base_arr]
+            base_tags = tags_of(base_extras, tuple(base), self.p)
             if bad == "namespace":
                 ns = "elsewhere"
         else:
@@ -323,7 +390,14 @@ class MetaMachine(RuleBasedStateMachine):
         else:
             cont = [stem % 3] * (blocks * self.p)
         n = len(cont) // self.p
-        hashes = [block_hash_of(base + cont[: (i + 1) * self.p]) for i in range(n)]
+        tags = [1 + pick % 2 if tagged and i == 0 else 0 for i in range(n)]
+        space = None if isinstance(ns, list) else ns  # as ApplyStored hashes an unhashable one
+        path, path_tags = base + cont, base_tags + tuple(tags)
+        depth = len(base_tags)
+        hashes = [
+            block_hash_of(path[: (depth + i + 1) * self.p], 0, space, path_tags[: depth + i + 1])
+            for i in range(n)
+        ]
         tokens = cont[: n * self.p]
         if bad == "cycle" and parent is not None:
             hashes[-1] = parent
@@ -336,7 +410,8 @@ class MetaMachine(RuleBasedStateMachine):
             tokens = tokens[:-1]
         if signed:
             hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
-        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, namespace=ns))
+        extras = tags if any(tags) else None
+        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, namespace=ns, extras=extras))
 
     @rule(who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans())
     def removed_known(self, who: tuple[str, int], pick: list[int], unknown: bool) -> None:
@@ -354,12 +429,17 @@ class MetaMachine(RuleBasedStateMachine):
         first=st.integers(0, 3),
         salt=st.sampled_from([0, 0, 1]),
         tier=st.sampled_from([0] * 9 + [1]),
+        ns=NAMESPACE,
+        tags=TAGS,
     )
     def apply_removed(
-        self, who: tuple[str, int], key: Any, first: int, salt: int, tier: int
+        self, who: tuple[str, int], key: Any, first: int, salt: int, tier: int, ns: Any, tags: Any
     ) -> None:
-        w = self.who(who)
-        op = ApplyRemoved(0, self.key(key), first, salt, tier)
+        """BlockRemoved of the hashes the key's pages have in ``ns`` with ``tags``."""
+        w, toks = self.who(who), self.key(key)
+        extras = self.tags(tags, toks)
+        extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
+        op = ApplyRemoved(0, toks, first, salt, tier, ns, extras)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
     @rule(who=WHO, really=st.sampled_from([False, False, True]))
@@ -377,6 +457,7 @@ class MetaMachine(RuleBasedStateMachine):
                 st.integers(0, 3),
                 st.sampled_from(["ok", "ok", "ok", "unknown_parent", "cycle", "other_page"]),
                 NAMESPACE,
+                TAGS,
             ),
             max_size=5,
         )
@@ -384,15 +465,17 @@ class MetaMachine(RuleBasedStateMachine):
     def apply_events(self, records: list[Any]) -> None:
         workers: list[WorkerId] = []
         built: list[Any] = []
-        for kind, who, key, pages, variant, ns in records:
+        for kind, who, key, pages, variant, ns, tags in records:
             workers.append(self.who(who))
             k, toks = len(workers) - 1, self.key(key)
             whole = len(toks) // self.p
+            extras = self.tags(tags, toks)
+            extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
             if kind == "stored":
                 parent = min(pages, whole)
-                built.append(ApplyStored(k, toks, parent, whole - parent, variant, ns))
+                built.append(ApplyStored(k, toks, parent, whole - parent, variant, ns, extras))
             elif kind == "removed":
-                built.append(ApplyRemoved(k, toks, pages))
+                built.append(ApplyRemoved(k, toks, pages, 0, 0, ns, extras))
             elif kind == "cleared":
                 built.append(ApplyCleared(k))
             else:
