@@ -6,7 +6,7 @@ from radixmeta import errors
 from radixmeta._blocks import BlockStatus
 from radixmeta._impl import backend as _backend
 from radixmeta._impl import implementation
-from radixmeta._types import CacheStats
+from radixmeta._types import CacheStats, DumpRecord, MetaItem
 from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
 from radixmeta.log import EventLog
@@ -22,9 +22,11 @@ MetaMatch = _backend.MetaMatch
 __all__ = [
     "BlockStatus",
     "CacheStats",
+    "DumpRecord",
     "EventLog",
     "EvictResult",
     "MatchResult",
+    "MetaItem",
     "MetaMatch",
     "MetaTree",
     "Node",

@@ -84,8 +84,9 @@ def bad_token_count(n_tokens: int, n_blocks: int, page_size: int) -> InvalidInpu
     return InvalidInputError(msg)
 
 
-def unknown_parent(worker: Any, parent: int) -> UnknownParentError:
-    msg = f"parent_hash {parent:#018x} names no block that {worker_label(worker)} holds"
+def unknown_parent(worker: Any, parent: int, namespace: Any) -> UnknownParentError:
+    where = "" if namespace is None else f" in namespace {namespace!r}"
+    msg = f"parent_hash {parent:#018x} names no block that {worker_label(worker)} holds{where}"
     return UnknownParentError(msg)
 
 
@@ -103,6 +104,37 @@ def names_other_page(worker: Any, index: int, value: int) -> BlockConflictError:
     msg = (
         f"block_hashes[{index}] = {value:#018x} already names a different block "
         f"of {worker_label(worker)}"
+    )
+    return BlockConflictError(msg)
+
+
+# An ``apply_events`` record: its kind, then this many fields in all, then
+# optionally a dict of keyword arguments of the method it stands for (these).
+RECORD_FIELDS = {"stored": 5, "removed": 3, "cleared": 2}
+RECORD_OPTIONS = {"stored": ("namespace", "extras"), "removed": (), "cleared": ()}
+
+
+def record_options(kind: str, options: Any, record: Any) -> dict[str, Any]:
+    """The trailing options dict of an event record, checked against its kind."""
+    if type(options) is not dict:
+        raise not_a_record(record)
+    allowed = RECORD_OPTIONS[kind]
+    for key in options:
+        if key not in allowed:
+            names = ", ".join(repr(a) for a in allowed) or "none"
+            msg = f"a {kind} record takes no option {key!r} (its options: {names})"
+            raise InvalidInputError(msg)
+    return options
+
+
+def not_a_record(record: Any) -> InvalidInputError:
+    return InvalidInputError(f"not an event record: {record!r}")
+
+
+def renamed_block(worker: Any, index: int, value: int, old: int) -> BlockConflictError:
+    msg = (
+        f"block_hashes[{index}] = {value:#018x} names a block that {worker_label(worker)} "
+        f"already names {old:#018x}"
     )
     return BlockConflictError(msg)
 

@@ -354,6 +354,100 @@ cdef class EvictResult:
 include "_log_core.pxi"
 
 
+# -- namespaces --------------------------------------------------------------------
+
+cdef class _NamespaceIds:
+    """Namespace objects <-> the dense ids a core knows them by (0 is None, the default).
+
+    An id is recycled once its core frees the namespace's root, so the table
+    stays as small as the set of namespaces holding pages. Both trees' bindings
+    keep one; each asks its own core whether a namespace still has a root.
+
+    With an event log attached (the cache's), a freed id is only *retired*: its
+    name stays in ``names``, which the log reads, until the log holds no record
+    of it any more; then it is recycled. The ``names`` dict is never replaced,
+    so the log keeps seeing it.
+    """
+
+    cdef dict ids  # live namespace -> id, in order of creation
+    cdef dict names  # id -> namespace, live and retired
+    cdef list free
+    cdef uint32_t next_id
+    cdef object retiring  # deque of (id, the log's next seq when it was retired)
+
+    def __cinit__(self):
+        self.names = {}
+        self.retiring = collections.deque()
+        self.forget()
+
+    cdef int forget(self, object seq=None) except -1:
+        """Forget every namespace (a reset); with ``seq``, retire their ids instead."""
+        if seq is None:
+            self.names.clear()
+            self.names[0] = None
+            self.free = []
+            self.next_id = 1
+            self.retiring.clear()
+        else:
+            for ns in self.ids.values():
+                if ns:
+                    self.retiring.append((ns, seq))
+        self.ids = {None: 0}
+        return 0
+
+    cdef inline uint32_t lookup(self, object namespace, bint create) except? 0xFFFFFFFF:
+        """The id of namespace; a new one if create, else _NO_NAMESPACE for an unknown one."""
+        if namespace is None:
+            return 0
+        ns = self.ids.get(namespace)
+        if ns is not None:
+            return ns
+        if not create:
+            return _NO_NAMESPACE
+        if self.free:
+            ns = self.free.pop()
+        else:
+            ns = self.next_id
+            self.next_id += 1
+        self.ids[namespace] = ns
+        self.names[ns] = namespace
+        return ns
+
+    cdef int release(self, uint32_t ns, object seq=None) except -1:
+        """Forget id ns: its core holds no root for it (any more, or yet).
+
+        With ``seq`` (the log's next sequence number) the id is retired until
+        the log has dropped every record before it.
+        """
+        if ns == 0:
+            return 0
+        name = self.names.get(ns)
+        if self.ids.get(name) != ns:  # not live: unknown, or already retired
+            return 0
+        del self.ids[name]
+        if seq is None:
+            del self.names[ns]
+            self.free.append(ns)
+        else:
+            self.retiring.append((ns, seq))
+        return 0
+
+    cdef int recycle(self, uint64_t oldest) except -1:
+        """Recycle the retired ids that no record from ``oldest`` on can name."""
+        while self.retiring and self.retiring[0][1] <= oldest:
+            ns = self.retiring.popleft()[0]
+            del self.names[ns]
+            self.free.append(ns)
+        return 0
+
+    cdef int renew(self, uint32_t ns) except -1:
+        """Move ns to the end of the creation order: it was emptied, then created anew."""
+        name = self.names[ns]
+        del self.ids[name]
+        self.ids[name] = ns
+        return 0
+
+
 # -- the cache ---------------------------------------------------------------------
 
 cdef class CacheCore:
@@ -364,15 +458,7 @@ cdef class CacheCore:
     cdef str _eviction
     cdef object _capacity
     cdef object _on_evict
-    # Namespace object -> dense id (0 is None) of the live namespaces, and id ->
-    # object of those and of the retired ones an event log may still name. An id
-    # is recycled once the core frees its namespace's root (with a log: once the
-    # log holds no record of it), so both stay as small as the live set.
-    cdef dict _ns_ids
-    cdef dict _ns_names
-    cdef list _free_ns_ids
-    cdef uint32_t _next_ns_id
-    cdef object _retiring  # deque of (id, the log's next seq when it retired)
+    cdef _NamespaceIds _namespaces
     cdef EventLogCore _log
     # Slots the last insert freed for capacity, only for the deprecated
     # take_evicted() when there is no on_evict: never more than one call's worth.
@@ -403,15 +489,11 @@ cdef class CacheCore:
         self._eviction = eviction
         self._capacity = capacity
         self._on_evict = on_evict
-        self._ns_names = {0: None}
-        self._ns_ids = {None: 0}
-        self._free_ns_ids = []
-        self._next_ns_id = 1
-        self._retiring = collections.deque()
+        self._namespaces = _NamespaceIds()
         self._last_evicted = None
         self._log = None
         if event_log is not None:
-            (<EventLogCore>event_log)._attach(self._ns_names, page)
+            (<EventLogCore>event_log)._attach(self._namespaces.names, page)
             self._log = event_log
             self._tree.get().set_observer(self._log._ring.get())
 
@@ -477,70 +559,30 @@ cdef class CacheCore:
 
     # -- helpers ---------------------------------------------------------------------
     cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
-        if namespace is None:
-            return 0
-        ns = self._ns_ids.get(namespace)
-        if ns is not None:
-            return ns
-        if not create:
-            return _NO_NAMESPACE
-        if self._free_ns_ids:
-            ns = self._free_ns_ids.pop()
-        else:
-            ns = self._next_ns_id
-            self._next_ns_id += 1
-        self._ns_ids[namespace] = ns
-        self._ns_names[ns] = namespace
-        return ns
+        return self._namespaces.lookup(namespace, create)
 
-    cdef int _forget_namespaces(self) except -1:
-        for ns in list(self._ns_ids.values()):
-            if ns:
-                self._retire(ns)
-        self._ns_ids = {None: 0}
-        if self._log is None:  # nothing can name the old ids: start afresh
-            self._free_ns_ids = []
-            self._next_ns_id = 1
-        return 0
-
-    cdef int _retire(self, uint32_t ns) except -1:
-        """ns names no live namespace any more; recycle it once no log record names it."""
-        if self._log is None:
-            del self._ns_names[ns]
-            self._free_ns_ids.append(ns)
-        else:
-            self._retiring.append((ns, self._log._ring.get().next_seq()))
-        return 0
+    cdef object _log_seq(self):
+        """The log's next sequence number (None without a log): when freed ids retire."""
+        return None if self._log is None else self._log._ring.get().next_seq()
 
     cdef int _recycle_retired(self) except -1:
-        cdef uint64_t oldest
-        if self._retiring:
-            oldest = self._log._ring.get().oldest_seq()
-            while self._retiring and self._retiring[0][1] <= oldest:
-                ns = self._retiring.popleft()[0]
-                del self._ns_names[ns]
-                self._free_ns_ids.append(ns)
+        if self._log is not None:
+            self._namespaces.recycle(self._log._ring.get().oldest_seq())
         return 0
 
     cdef int _release_namespace(self, uint32_t ns) except -1:
         """Forget namespace id ns if the core holds no root for it (it may have one again)."""
-        if ns == 0 or self._tree.get().root_of(ns) != kNoNode:
-            return 0
-        name = self._ns_names.get(ns)
-        if self._ns_ids.get(name) == ns:  # live: not already retired
-            del self._ns_ids[name]
-            self._retire(ns)
+        if ns != 0 and self._tree.get().root_of(ns) == kNoNode:
+            self._namespaces.release(ns, self._log_seq())
         return 0
 
     cdef int _release_dropped_namespaces(self) except -1:
         cdef vector[uint32_t] dropped = self._tree.get().take_dropped_namespaces()
         for ns in dropped:
             if self._tree.get().root_of(ns) == kNoNode:
-                self._release_namespace(ns)
+                self._namespaces.release(ns, self._log_seq())
             else:  # emptied, then created anew by the same insert: it is a new namespace
-                name = self._ns_names[ns]
-                del self._ns_ids[name]
-                self._ns_ids[name] = ns
+                self._namespaces.renew(ns)
         return 0
 
     cdef uint32_t _node_index(self, object node) except? 0xFFFFFFFF:
@@ -710,12 +752,11 @@ cdef class CacheCore:
         cdef vector[int64_t]* held = new vector[int64_t]()
         try:
             if self._on_evict is not None:  # namespace by namespace, in namespaces() order
-                for ns in self._ns_ids.values():
+                for ns in self._namespaces.ids.values():
                     self._tree.get().values_in_order(ns, held)
             self._tree.get().reset()
-            self._forget_namespaces()
-            if self._log is not None:
-                self._recycle_retired()
+            self._namespaces.forget(self._log_seq())
+            self._recycle_retired()
             self._last_evicted = None
             slots = _adopt_int64(held)
         except BaseException:
@@ -802,7 +843,7 @@ cdef class CacheCore:
         r.kind = 0
         r.seq = 0
         r.offset = 0
-        for ns in self._ns_ids.values():
+        for ns in self._namespaces.ids.values():
             nodes = tree.structure(ns)
             for entry in nodes:
                 r.ns = ns
@@ -817,7 +858,7 @@ cdef class CacheCore:
     def namespaces(self):
         """Namespaces that hold a page, in order of creation (None, the default, always listed)."""
         cdef RadixTree* tree = self._tree.get()
-        return [ns for ns, i in self._ns_ids.items() if tree.root_of(i) != kNoNode]
+        return [ns for ns, i in self._namespaces.ids.items() if tree.root_of(i) != kNoNode]
 
     def memory_usage(self):
         """Bytes held by the native tree (nodes, label arena, side tables)."""

@@ -22,6 +22,8 @@ exception types with the same messages (``tests/test_errors.py`` and
   except ``bool``; an exception raised by ``__index__`` propagates unchanged.
 * An integer argument (``page_size``, ``priority``, ``start``, a hash...) is
   any object with ``__index__`` except ``bool``.
+* A MetaTree's extra tags follow the same rules, one per page, each in
+  ``[0, 2**64)``; None stands for all 0.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ import numpy as np
 from radixmeta.errors import InputTypeError, InvalidInputError
 
 TOKEN_LIMIT = 2**32
+TAG_LIMIT = 2**64  # extra tags (what engines hash besides tokens) are uint64
+# What one extra tag belongs to, in the messages of tags().
+PER_PAGE = "whole page of the key"
+PER_BLOCK = "block"
 MAX_KEY_TOKENS = 2**32 - 1  # the cores store a key's length in 32 bits
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -189,6 +195,57 @@ def check_priority(value: Any) -> int:
         msg = f"priority = {number} is outside the int64 range"
         raise InvalidInputError(msg)
     return number
+
+
+def tags(obj: Any, count: int, per: str, name: str = "extras") -> tuple[int, ...] | None:
+    """Extra tags: one uint64 per page (``per`` says of what), or None when all are 0.
+
+    Parameters
+    ----------
+    obj : sequence of int, 1-D integer array, or None
+        The tags; None means every tag is 0.
+    count : int
+        How many there must be.
+    per : str
+        What each tag belongs to, for the error message ("block", ...).
+    name : str, default "extras"
+        The argument's name in error messages.
+    """
+    if obj is None:
+        return None
+    seq = as_sequence(obj, name)
+    if len(seq) != count:
+        msg = f"{name} must hold one tag per {per} ({count}), got {len(seq)}"
+        raise InvalidInputError(msg)
+    values = _integers(seq, name, 0, TAG_LIMIT - 1, "the tag range [0, 2**64)")
+    return values if any(values) else None
+
+
+def per_key_tags(obj: Any, n_keys: int) -> list[Any]:
+    """``match_many``'s extras: one entry (tags or None) per key; None means no tags at all."""
+    if obj is None:
+        return [None] * n_keys
+    if isinstance(obj, np.ndarray) and obj.ndim == 2:
+        rows: list[Any] = list(obj)
+    elif isinstance(obj, _TEXT) or not hasattr(obj, "__len__"):
+        msg = f"extras must be a sequence of per-key extras, got {type(obj).__name__}"
+        raise InputTypeError(msg)
+    else:
+        rows = list(obj)
+    if len(rows) != n_keys:
+        msg = f"extras must hold one entry per key ({n_keys}), got {len(rows)}"
+        raise InvalidInputError(msg)
+    return rows
+
+
+def check_namespace(value: Any) -> Any:
+    """A namespace: any hashable value (None is the default namespace)."""
+    try:
+        hash(value)
+    except TypeError:
+        msg = f"namespace must be hashable, got {type(value).__name__}"
+        raise InputTypeError(msg) from None
+    return value
 
 
 def check_flag(name: str, value: Any) -> bool:

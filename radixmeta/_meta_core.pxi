@@ -1,10 +1,22 @@
 # The router's meta-tree: the native MetaCore behind radixmeta.MetaTree.
 # Included into _core.pyx, whose argument converters it shares.
 
-from radixmeta._meta_tree cimport MetaTree, StoredCheck, kCycle, kOtherPage, kRepeated, kStoredOk, kUnknownParent
+from radixmeta._meta_tree cimport (
+    MetaTree,
+    StoredCheck,
+    kCycle,
+    kOtherPage,
+    kRenamed,
+    kRepeated,
+    kStoredOk,
+    kUnknownParent,
+)
 
 from radixmeta import _blocks
 from radixmeta._blocks import BlockStatus
+from radixmeta._keys import PER_BLOCK as _PER_BLOCK, PER_PAGE as _PER_PAGE, check_namespace
+from radixmeta._keys import per_key_tags as _per_key_tags, tags as _checked_tags
+from radixmeta._types import DumpRecord, MetaItem
 from radixmeta._workers import WorkerId, WorkerTable, resolve_in
 
 import threading
@@ -54,6 +66,68 @@ cdef object _load_hashes(object hashes, vector[uint64_t]* scratch, const uint64_
     return None
 
 
+cdef object _load_tags(object extras, size_t count, str per, vector[uint64_t]* scratch,
+                       const uint64_t** data):
+    """Point *data at one extra tag per page, or at NULL when all are 0 (or extras is None)."""
+    data[0] = NULL
+    if extras is None:
+        return None
+    cdef cnp.ndarray arr
+    cdef const uint64_t* p
+    cdef size_t i
+    cdef Py_ssize_t length
+    if cnp.PyArray_Check(extras):
+        arr = <cnp.ndarray>extras
+        if (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_TYPE(arr) == cnp.NPY_UINT64
+                and <size_t>cnp.PyArray_DIM(arr, 0) == count and cnp.PyArray_ISNOTSWAPPED(arr)
+                and cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_ISALIGNED(arr)):
+            p = <const uint64_t*>cnp.PyArray_DATA(arr)
+            for i in range(count):
+                if p[i] != 0:
+                    data[0] = p
+                    break
+            return arr
+    elif _exact_list_or_tuple(extras) and <size_t>PySequence_Fast_GET_SIZE(extras) == count:
+        length = count
+        scratch.resize(count)
+        # Hashes read negatives as two's complement (>= 2**63): those are bad
+        # tags, and so are left, with tags of 2**63 and up, to the converter.
+        if rm_exact_hashes(PySequence_Fast_ITEMS(extras), length, scratch.data()) == length:
+            tagged = False
+            for i in range(count):
+                if scratch[0][i] >= 0x8000000000000000u:
+                    break
+                tagged = tagged or scratch[0][i] != 0
+            else:
+                if tagged:
+                    data[0] = scratch.data()
+                return extras
+    # Anything else: the shared converter applies the input rules and raises
+    # the reference's errors.
+    converted = _checked_tags(extras, count, per)
+    if converted is not None:
+        scratch.resize(count)
+        for i in range(count):
+            scratch[0][i] = <uint64_t>converted[i]
+        data[0] = scratch.data()
+    return None
+
+
+cdef object _owned_tags(object extras, size_t count, str per, str name):
+    """Extra tags as a uint64 array of their own, or None when all are 0."""
+    if extras is None:
+        return None
+    converted = _checked_tags(extras, count, per, name)
+    return None if converted is None else np.array(converted, dtype=np.uint64)
+
+
+cdef inline const uint64_t* _tags_of(object owned):
+    """The data of an _owned_tags result (NULL for None)."""
+    if owned is None:
+        return NULL
+    return <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>owned)
+
+
 cdef inline void _append(vector[uint32_t]* dst, const vector[uint32_t]& src):
     cdef size_t old = dst.size()
     dst.resize(old + src.size())
@@ -65,28 +139,46 @@ cdef struct _NodeRecords:
     # What items() and dump() read out of the tree, flat, before any object is made.
     vector[uint32_t] paths
     vector[size_t] ends
+    vector[uint64_t] tags  # the path's tags, for the records whose path has one
+    vector[size_t] tag_ends
     vector[uint32_t] starts
+    vector[uint32_t] namespaces
     vector[uint32_t] holders
     vector[size_t] holder_ends
 
 
-cdef list _records_as_items(_NodeRecords* records, tuple table):
+cdef object _tags_copy(_NodeRecords* records, size_t k):
+    """The extras of record k: a uint64 array, or None when its path has no tag."""
+    cdef size_t begin = records.tag_ends[k - 1] if k else 0
+    cdef size_t end = records.tag_ends[k]
+    if begin == end:
+        return None
+    cdef cnp.npy_intp dims = <cnp.npy_intp>(end - begin)
+    cdef cnp.ndarray arr = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT64, 0)
+    memcpy(cnp.PyArray_DATA(arr), records.tags.data() + begin, (end - begin) * sizeof(uint64_t))
+    return arr
+
+
+cdef list _records_as_items(_NodeRecords* records, tuple table, dict names):
     out = []
     cdef size_t k, begin = 0, first = 0
     for k in range(records.ends.size()):
         key = _uint32_copy(records.paths, begin, records.ends[k])
         holders = tuple(table[records.holders[i]]
                         for i in range(first, records.holder_ends[k]))
-        out.append((key, holders))
+        ns = names[records.namespaces[k]]
+        out.append(MetaItem(key, holders, ns, _tags_copy(records, k)))
         begin, first = records.ends[k], records.holder_ends[k]
     return out
 
 
-cdef list _records_as_dump(_NodeRecords* records):
+cdef list _records_as_dump(_NodeRecords* records, dict names):
     out = []
     cdef size_t k, begin = 0
     for k in range(records.ends.size()):
-        out.append((_uint32_copy(records.paths, begin, records.ends[k]), records.starts[k]))
+        key = _uint32_copy(records.paths, begin, records.ends[k])
+        ns = names[records.namespaces[k]]
+        out.append(DumpRecord(key, records.starts[k], ns, _tags_copy(records, k)))
         begin = records.ends[k]
     return out
 
@@ -145,6 +237,7 @@ cdef class MetaCore:
 
     cdef unique_ptr[MetaTree] _tree
     cdef object _table
+    cdef _NamespaceIds _namespaces
     # Calls that take a worker run Python code between resolving it and
     # changing the tree (argument conversion can), and the GIL may pass to
     # another thread there: this lock keeps such calls whole. match reads the
@@ -158,6 +251,7 @@ cdef class MetaCore:
         cdef uint32_t page = check_page_size(page_size)
         self._tree.reset(new MetaTree(page))
         self._table = WorkerTable()
+        self._namespaces = _NamespaceIds()
         self._lock = threading.RLock()
 
     # -- workers -------------------------------------------------------------------
@@ -187,6 +281,38 @@ cdef class MetaCore:
             return worker.index
         return self._table.resolve(worker)
 
+    # -- namespaces ---------------------------------------------------------------
+    # A call resolves its namespace last among its arguments (a new one gets an
+    # id), and settles the ids once the tree has changed: the ids of namespaces
+    # the core freed, and the one it asked for if the call created no root.
+
+    cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
+        try:
+            return self._namespaces.lookup(namespace, create)
+        except TypeError:
+            check_namespace(namespace)  # the library's error for an unhashable one
+            raise
+
+    cdef int _settle_namespaces(self, uint32_t asked) except -1:
+        cdef MetaTree* tree = self._tree.get()
+        cdef vector[uint32_t] dropped
+        if tree.has_dropped_namespaces():
+            dropped = tree.take_dropped_namespaces()
+            for ns in dropped:
+                if tree.root_of(ns) == kNoNode:
+                    self._namespaces.release(ns)
+        if asked != 0 and tree.root_of(asked) == kNoNode:
+            self._namespaces.release(asked)
+        return 0
+
+    def namespaces(self):
+        """Namespaces that hold a page, in order of creation (None, the default, always first)."""
+        cdef vector[uint32_t] ids
+        with self._lock:
+            ids = self._tree.get().namespace_ids()
+            names = self._namespaces.names
+            return [names[ns] for ns in ids]
+
     def add_worker(self, name, dp_rank=0, *, capacity=None):
         """Register worker ``(name, dp_rank)``; ``capacity`` (tokens) makes it approximate."""
         with self._lock:
@@ -202,6 +328,7 @@ cdef class MetaCore:
             w = self._index(worker)
             tokens = self._tree.get().remove_worker(w)
             self._table.remove(worker)
+            self._settle_namespaces(0)
             return tokens
 
     def worker(self, name, dp_rank=0):
@@ -232,48 +359,63 @@ cdef class MetaCore:
             raise InvalidInputError(f"start = {value} is beyond the key's {whole} whole-page tokens")
         return value
 
-    def insert(self, key, worker, *, start=0):
+    def insert(self, key, worker, *, start=0, extras=None, namespace=None):
         """Mark the pages of ``key`` from ``start`` on as held by ``worker``; returns pages newly marked."""
         with self._lock:
-            return self._path_op(key, worker, start, True)
+            return self._path_op(key, worker, start, extras, namespace, True)
 
-    def remove(self, key, worker, *, start=0):
+    def remove(self, key, worker, *, start=0, extras=None, namespace=None):
         """Unmark the pages of ``key`` from ``start`` on for ``worker``; returns pages unmarked."""
         with self._lock:
-            return self._path_op(key, worker, start, False)
+            return self._path_op(key, worker, start, extras, namespace, False)
 
-    cdef object _path_op(self, object key, object worker, object start, bint marking):
+    cdef object _path_op(self, object key, object worker, object start, object extras,
+                         object namespace, bint marking):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef const uint32_t* data
+        cdef const uint64_t* tags
         cdef size_t n
         cdef vector[uint32_t] scratch
+        cdef vector[uint64_t] tag_scratch
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint64_t s = self._start(start, n)
-        w = self._index(worker)  # conversion may have run code that removed it
-        if marking:
-            return self._tree.get().insert(data, n, w, s)
-        return self._tree.get().remove(data, n, w, s)
+        tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE, &tag_scratch,
+                               &tags)
+        cdef uint32_t ns = self._namespace_id(namespace, marking)
+        try:
+            w = self._index(worker)  # conversion may have run code that removed it
+            if marking:
+                return self._tree.get().insert(ns, data, n, tags, w, s)
+            return self._tree.get().remove(ns, data, n, tags, w, s)
+        finally:
+            self._settle_namespaces(ns)
 
-    def match(self, key, *, touch=False):
+    def match(self, key, *, touch=False, extras=None, namespace=None):
         """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
         cdef const uint32_t* data
+        cdef const uint64_t* tags = NULL
         cdef size_t n
         cdef vector[uint32_t] scratch  # not the shared one: match takes no lock
+        cdef vector[uint64_t] tag_scratch
         owner = _load_tokens(key, &scratch, &data, &n)
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        if extras is not None:
+            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                   &tag_scratch, &tags)
+        cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
         cdef cnp.ndarray lengths = _new_int64(count)
         cdef uint64_t found = self._tree.get().match(
-            data, n, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
+            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
         result._lengths = lengths
         result._tree_length = found
         result._slots = slots
         return result
 
-    def match_many(self, keys, *, touch=False):
+    def match_many(self, keys, *, touch=False, extras=None, namespace=None):
         """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -287,6 +429,13 @@ cdef class MetaCore:
         converted = [_owned_tokens(k) for k in rows]
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        cdef uint32_t page = self._tree.get().page_size()
+        tag_rows = _per_key_tags(extras, len(converted))
+        owned_tags = [
+            _owned_tags(tag_rows[r], len(converted[r]) // page, _PER_PAGE, f"extras[{r}]")
+            for r in range(len(converted))
+        ]
+        cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef uint32_t count = len(self._table.slots)
         cdef cnp.npy_intp dims[2]
         dims[0] = len(converted)
@@ -296,7 +445,8 @@ cdef class MetaCore:
         cdef vector[uint32_t] scratch
         for row in range(len(converted)):
             owner = _load_tokens(converted[row], &scratch, &data, &n)
-            self._tree.get().match(data, n, touch, base + row * count, count)
+            self._tree.get().match(ns, data, n, _tags_of(owned_tags[row]), touch,
+                                   base + row * count, count)
         return out
 
     def items(self, worker=None):
@@ -317,7 +467,8 @@ cdef class MetaCore:
                     kept.push_back(nodes[k])
             # Read out under the lock: another thread may change the tree once it is released.
             self._read_records(kept, False, len(table), &records)
-        return _records_as_items(&records, table)
+            names = dict(self._namespaces.names)
+        return _records_as_items(&records, table, names)
 
     def dump(self, worker):
         """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
@@ -326,13 +477,15 @@ cdef class MetaCore:
         with self._lock:
             nodes = self._tree.get().held_in_order(self._index(worker))
             self._read_records(nodes, True, 0, &records)
-        return _records_as_dump(&records)
+            names = dict(self._namespaces.names)
+        return _records_as_dump(&records, names)
 
     cdef void _read_records(self, const vector[uint32_t]& nodes, bint with_start, uint32_t slots,
                             _NodeRecords* out):
         """Paths and starts (or holders below ``slots``) of nodes; makes no Python object."""
         cdef MetaTree* tree = self._tree.get()
         cdef vector[uint32_t] path
+        cdef vector[uint64_t] tag_path
         cdef uint32_t i, x
         cdef size_t k
         for k in range(nodes.size()):
@@ -340,7 +493,11 @@ cdef class MetaCore:
             tree.path_tokens(x, &path)
             _append(&out.paths, path)
             out.ends.push_back(out.paths.size())
+            if tree.path_tags(x, &tag_path):
+                out.tags.insert(out.tags.end(), tag_path.begin(), tag_path.end())
+            out.tag_ends.push_back(out.tags.size())
             out.starts.push_back(tree.node(x).depth - tree.node(x).length)
+            out.namespaces.push_back(tree.node(x).ns)
             if not with_start:
                 for i in range(slots):
                     if tree.node(x).holders.test(i):
@@ -349,17 +506,20 @@ cdef class MetaCore:
 
     # -- engine block events -------------------------------------------------------
 
-    def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0):
+    def apply_stored(self, worker, parent_hash, block_hashes, token_ids, *, tier=0,
+                     extras=None, namespace=None):
         """Apply a KV ``BlockStored`` event atomically; returns pages newly marked."""
         with self._lock:
-            return self._stored(worker, tier, parent_hash, block_hashes, token_ids)
+            return self._stored(worker, tier, parent_hash, block_hashes, token_ids, extras,
+                                namespace)
 
     cdef object _stored(self, object worker, object tier, object parent_hash,
-                        object block_hashes, object token_ids):
+                        object block_hashes, object token_ids, object extras, object namespace):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
-        cdef vector[uint64_t] hash_scratch
+        cdef vector[uint64_t] hash_scratch, tag_scratch
         cdef vector[uint32_t] token_scratch
         cdef const uint64_t* hashes
+        cdef const uint64_t* tags
         cdef const uint32_t* tokens
         cdef size_t n_blocks, n_tokens
         if not (type(tier) is int and tier == 0):
@@ -368,29 +528,38 @@ cdef class MetaCore:
         cdef uint64_t parent = _parent_value(parent_hash) if has_parent else 0
         hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
         token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
-        w = self._index(worker)  # conversion may have run code that removed it
-        return self._checked_stored(w, has_parent, parent, hashes, n_blocks, tokens, n_tokens)
+        tag_owner = _load_tags(extras, n_blocks, _PER_BLOCK, &tag_scratch, &tags)
+        cdef uint32_t ns = self._namespace_id(namespace, True)
+        try:
+            w = self._index(worker)  # conversion may have run code that removed it
+            return self._checked_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens,
+                                        n_tokens, tags)
+        finally:
+            self._settle_namespaces(ns)
 
-    cdef object _checked_stored(self, uint32_t w, bint has_parent, uint64_t parent,
+    cdef object _checked_stored(self, uint32_t w, uint32_t ns, bint has_parent, uint64_t parent,
                                 const uint64_t* hashes, size_t n_blocks, const uint32_t* tokens,
-                                size_t n_tokens):
+                                size_t n_tokens, const uint64_t* tags):
         """Check converted stored-event arguments against the tree, then apply them whole."""
         cdef MetaTree* tree = self._tree.get()
         cdef uint32_t page = tree.page_size()
         if n_tokens != n_blocks * page:
             raise _blocks.bad_token_count(n_tokens, n_blocks, page)
-        cdef StoredCheck check = tree.check_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+        cdef StoredCheck check = tree.check_stored(w, ns, has_parent, parent, hashes, n_blocks,
+                                                   tokens, tags)
         if check.code != kStoredOk:
             who = self._table.slots[w]
             if check.code == kUnknownParent:
-                raise _blocks.unknown_parent(who, parent)
+                raise _blocks.unknown_parent(who, parent, self._namespaces.names[ns])
             h = hashes[check.index]
             if check.code == kCycle:
                 raise _blocks.cycle(check.index, h)
             if check.code == kRepeated:
                 raise _blocks.repeated_hash(check.index, h)
+            if check.code == kRenamed:
+                raise _blocks.renamed_block(who, check.index, h, check.other)
             raise _blocks.names_other_page(who, check.index, h)
-        return tree.apply_stored(w, has_parent, parent, hashes, n_blocks, tokens)
+        return tree.apply_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens, tags)
 
     def apply_removed(self, worker, block_hashes, *, tier=0):
         """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
@@ -406,12 +575,18 @@ cdef class MetaCore:
             _blocks.check_tier(tier)
         owner = _load_hashes(block_hashes, &scratch, &hashes, &n_blocks)
         w = self._index(worker)  # conversion may have run code that removed it
-        return self._tree.get().apply_removed(w, hashes, n_blocks)
+        try:
+            return self._tree.get().apply_removed(w, hashes, n_blocks)
+        finally:
+            self._settle_namespaces(0)
 
     def apply_cleared(self, worker):
         """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing. Returns tokens unmarked."""
         with self._lock:
-            return self._tree.get().clear_worker(self._index(worker))
+            try:
+                return self._tree.get().clear_worker(self._index(worker))
+            finally:
+                self._settle_namespaces(0)
 
     def apply_events(self, records):
         """Apply event records in order, each atomically; returns an int8 status per record.
@@ -431,38 +606,58 @@ cdef class MetaCore:
         cdef signed char* out = <signed char*>cnp.PyArray_DATA(status)
         with self._lock:
             prepared = [None] * count
-            for i in range(count):
-                try:
-                    prepared[i] = self._prepared_record(records[i])
-                except Exception as exc:  # any failure is that record's status
-                    out[i] = _blocks.record_status(exc)
-            for i in range(count):
-                if prepared[i] is not None:
+            # Namespace ids taken while converting stay assigned until the whole
+            # batch is applied, so a record never finds its id recycled.
+            asked = []
+            try:
+                for i in range(count):
                     try:
-                        self._apply_prepared(prepared[i])
-                    except Exception as exc:  # the tree's checks: raised before any change
+                        prepared[i] = self._prepared_record(records[i], asked)
+                    except Exception as exc:  # any failure is that record's status
                         out[i] = _blocks.record_status(exc)
+                for i in range(count):
+                    if prepared[i] is not None:
+                        try:
+                            self._apply_prepared(prepared[i])
+                        except Exception as exc:  # the tree's checks: raised before any change
+                            out[i] = _blocks.record_status(exc)
+            finally:
+                self._settle_namespaces(0)
+                for ns in asked:
+                    self._settle_namespaces(ns)
         return status
 
-    cdef tuple _prepared_record(self, object record):
+    cdef tuple _prepared_record(self, object record, list asked):
         """One record's kind, worker and converted arguments (uint64 and uint32 arrays)."""
         if not isinstance(record, (tuple, list)) or len(record) == 0:
             raise InputTypeError("an event record must be a non-empty tuple")
         kind = record[0]
-        if kind == "stored" and len(record) == 5:
+        cdef Py_ssize_t size = len(record)
+        cdef uint32_t ns = 0
+        if kind == "stored" and (size == 5 or size == 6):
             self._index(record[1])  # first: a stale worker is the error to report
+            options = _blocks.record_options(kind, record[5], record) if size == 6 else None
             has_parent = record[2] is not None
             parent = _parent_value(record[2]) if has_parent else 0
             hashes = _owned_hashes(record[3])
             tokens = _owned_tokens(record[4])
-            return ("stored", record[1], has_parent, parent, hashes, tokens)
-        if kind == "removed" and len(record) == 3:
+            tags = None
+            if options:
+                tags = _owned_tags(options.get("extras"), len(hashes), _PER_BLOCK, "extras")
+                ns = self._namespace_id(options.get("namespace"), True)
+                asked.append(ns)
+            return ("stored", record[1], has_parent, parent, hashes, tokens, ns, tags)
+        if kind == "removed" and (size == 3 or size == 4):
             self._index(record[1])
+            if size == 4:
+                _blocks.record_options(kind, record[3], record)
             return ("removed", record[1], _owned_hashes(record[2]))
-        if kind == "cleared" and len(record) == 2:
+        if kind == "cleared" and (size == 2 or size == 3):
             self._index(record[1])
+            if size == 3:
+                _blocks.record_options(kind, record[2], record)
             return ("cleared", record[1])
-        raise InvalidInputError(f"not an event record: {record!r}")
+        raise _blocks.not_a_record(record)
 
     cdef object _apply_prepared(self, tuple step):
         cdef uint32_t w = self._index(step[1])
@@ -475,9 +670,9 @@ cdef class MetaCore:
                 w, <const uint64_t*>cnp.PyArray_DATA(hashes), cnp.PyArray_DIM(hashes, 0))
         tokens = <cnp.ndarray>step[5]
         return self._checked_stored(
-            w, step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
+            w, step[6], step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
             cnp.PyArray_DIM(hashes, 0), <const uint32_t*>cnp.PyArray_DATA(tokens),
-            cnp.PyArray_DIM(tokens, 0))
+            cnp.PyArray_DIM(tokens, 0), _tags_of(step[7]))
 
     # -- whole tree ----------------------------------------------------------------------
 
@@ -493,38 +688,45 @@ cdef class MetaCore:
             raise AssertionError(str(exc)) from None
 
     def _block_entries(self, worker):
-        """(hash, path to the page end) for every block hash of the worker, by hash."""
+        """(hash, path to the page end, namespace) for every block hash of the worker, by hash."""
         cdef MetaTree* tree = self._tree.get()
         cdef vector[pair[uint64_t, uint32_t]] entries
-        cdef vector[uint32_t] path, paths
-        cdef vector[size_t] ends
+        cdef vector[uint32_t] nodes
+        cdef _NodeRecords records
         cdef size_t k
         with self._lock:  # the paths are read before another thread may change the tree
             entries = tree.block_entries(self._index(worker))
             for k in range(entries.size()):
-                tree.path_tokens(entries[k].second, &path)
-                _append(&paths, path)
-                ends.push_back(paths.size())
+                nodes.push_back(entries[k].second)
+            self._read_records(nodes, True, 0, &records)
+            names = dict(self._namespaces.names)
         out = []
         cdef size_t begin = 0
         for k in range(entries.size()):
-            out.append((entries[k].first, _uint32_copy(paths, begin, ends[k])))
-            begin = ends[k]
+            key = _uint32_copy(records.paths, begin, records.ends[k])
+            ns = names[records.namespaces[k]]
+            out.append((entries[k].first, key, ns, _tags_copy(&records, k)))
+            begin = records.ends[k]
         return out
 
-    def _bind_hash(self, worker, key, block_hash):
+    def _bind_hash(self, worker, key, block_hash, namespace=None, extras=None):
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
-        cdef uint32_t w
+        cdef uint32_t w, ns
         cdef const uint32_t* data
+        cdef const uint64_t* tags
         cdef size_t n
         cdef uint64_t h
         cdef vector[uint32_t] scratch
+        cdef vector[uint64_t] tag_scratch
         with self._lock:
             w = self._index(worker)
             h = _blocks.block_hash(block_hash, "block_hash")
             owner = _load_tokens(key, &scratch, &data, &n)
+            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                   &tag_scratch, &tags)
+            ns = self._namespace_id(namespace, False)
             w = self._index(worker)
-            if not self._tree.get().bind_hash(w, data, n, h):
+            if not self._tree.get().bind_hash(w, ns, data, n, tags, h):
                 raise InvalidInputError("the worker holds no page ending at the end of key")
 
     def _worker_state(self):

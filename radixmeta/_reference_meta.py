@@ -26,13 +26,19 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 * **Block pages** named by a hash are nodes of exactly one page, never cut.
 * A node with no holders and no children is freed at once (before the call
   returns); nodes never merge.
+* **Namespaces** each have a root of their own (None's always exists); any
+  other namespace has one only while it holds a page, created by its first
+  page and dropped with its last node.
+* **Extra tags.** A page is its tokens and its tag (0 for none). A tagged page
+  is always a node of one page carrying the tag; a node of several pages is
+  untagged. Children are keyed by (first page, tag); children sort by that key.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,13 +46,15 @@ import numpy.typing as npt
 
 from radixmeta import _blocks, _keys
 from radixmeta._atomic import atomic
+from radixmeta._keys import PER_PAGE as _PER_PAGE
+from radixmeta._types import DumpRecord, MetaItem
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError
 
 __all__ = ["MetaCore", "MetaMatch"]
 
 Tokens = tuple[int, ...]
-_Item = tuple[npt.NDArray[np.uint32], tuple[WorkerId, ...]]
+Tags = tuple[int, ...] | None  # one extra tag per page of a key; None: all 0
 
 
 def _require(condition: bool, what: str) -> None:
@@ -66,12 +74,24 @@ def _check_touch(touch: Any) -> bool:
 class _MetaNode:
     """One node: a run of whole pages and the workers holding all of them."""
 
-    __slots__ = ("parent", "label", "children", "holders", "stamps", "hashes", "depth")
+    __slots__ = (
+        "parent", "label", "tag", "children", "holders", "stamps", "hashes", "depth", "namespace"
+    )
 
-    def __init__(self, parent: _MetaNode | None, label: Tokens, depth: int) -> None:
+    def __init__(
+        self,
+        parent: _MetaNode | None,
+        label: Tokens,
+        depth: int,
+        namespace: Hashable,
+        tag: int = 0,
+    ) -> None:
         self.parent = parent
+        self.namespace = namespace
         self.label = label
-        self.children: dict[Tokens, _MetaNode] = {}  # keyed by the child's first page
+        self.tag = tag  # the extra tag of the node's one page; 0 for an untagged node
+        # keyed by (the child's first page, its tag)
+        self.children: dict[tuple[Tokens, int], _MetaNode] = {}
         self.holders: set[int] = set()  # worker indices
         self.stamps: dict[int, int] = {}  # approximate holders -> last access
         self.hashes: dict[int, int] = {}  # worker index -> block hash naming this page
@@ -157,7 +177,8 @@ class MetaCore:
         self._page_size = _keys.check_page_size(page_size)
         self._mutex = threading.RLock()
         self._table = WorkerTable()
-        self._root = _MetaNode(None, (), 0)
+        # Namespace -> root, in order of creation; None's root always exists.
+        self._roots: dict[Hashable, _MetaNode] = {None: _MetaNode(None, (), 0, None)}
         self._clock = 0
         self._nodes = 0
         self._held: list[int] = []  # tokens held, per worker index
@@ -281,19 +302,41 @@ class MetaCore:
             raise InvalidInputError(msg)
         return toks, n, s
 
-    def _common(self, label: Tokens, toks: Tokens, pos: int, n: int) -> int:
-        """Whole-page common prefix of ``label`` and ``toks[pos:n]``."""
+    def _common(self, label: Tokens, toks: Tokens, pos: int, n: int, tags: Tags) -> int:
+        """Whole-page common prefix of an untagged ``label`` (beyond its first page, which
+        the caller matched with its tag) and ``toks[pos:n]`` with its ``tags``."""
+        p = self._page_size
         m = 0
         limit = min(len(label), n - pos)
         while m < limit and label[m] == toks[pos + m]:
             m += 1
-        return m - m % self._page_size
+        m -= m % p
+        for k in range(p, m, p):  # a tagged page of the key leaves an untagged node there
+            if self._tag(tags, pos + k):
+                return k
+        return m
+
+    def _tag(self, tags: Tags, pos: int) -> int:
+        """The tag of the key's page at token ``pos``."""
+        return 0 if tags is None else tags[pos // self._page_size]
+
+    def _child(self, node: _MetaNode, toks: Tokens, pos: int, tags: Tags) -> _MetaNode | None:
+        """The child of ``node`` whose first page is the key's page at ``pos``, tag included."""
+        return node.children.get((toks[pos : pos + self._page_size], self._tag(tags, pos)))
 
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
     @atomic
-    def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def insert(
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
+    ) -> int:
         """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
 
         The pages before ``start`` enter the tree as structure if they are
@@ -307,6 +350,14 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
+        namespace : hashable, default None
+            The namespace of the key (a LoRA adapter, a cache salt): pages of
+            different namespaces never share a node.
 
         Returns
         -------
@@ -316,23 +367,30 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key or start; nothing changes.
+            A bad worker, key, start, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         self._clock += 1
+        root = self._roots.get(namespace)
+        if root is None:
+            if start >= n:
+                return 0  # nothing to mark: an empty namespace costs nothing
+            root = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
         approximate = self._approximate(index)
         p = self._page_size
         newly = 0
-        node, pos = self._root, 0
+        node, pos = root, 0
         missing = False  # the key leaves the tree at a node boundary, at pos < n
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 missing = True
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             holds = index in child.holders
             if m < len(child.label) and pos + m < n and (start < n or (approximate and holds)):
                 # A new branch hangs here, or the worker's recency differs on the two parts.
@@ -354,18 +412,25 @@ class MetaCore:
             node, pos = child, child.depth
         if missing and start < n:
             if pos < start:
-                node = self._new_leaf(node, toks[pos:start])  # structure, held by nobody new
+                node = self._new_path(node, toks, pos, start, tags, None)  # held by nobody new
                 pos = start
-            leaf = self._new_leaf(node, toks[pos:n])
-            self._mark(leaf, index)
+            self._new_path(node, toks, pos, n, tags, index)
             newly += (n - pos) // p
         if approximate:
-            self._refresh_path(index, toks, n)
+            self._refresh_path(index, root, toks, n, tags)
             self._evict(index)
         return newly
 
     @atomic
-    def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def remove(
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
+    ) -> int:
         """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
 
         Pages the worker does not hold are skipped, so repeating a remove is
@@ -377,6 +442,14 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
+        namespace : hashable, default None
+            The namespace of the key (a LoRA adapter, a cache salt): pages of
+            different namespaces never share a node.
 
         Returns
         -------
@@ -386,19 +459,21 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key or start; nothing changes.
+            A bad worker, key, start, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         removed = 0
-        node, pos = self._root, 0
-        while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+        node, pos = self._roots.get(namespace), 0
+        while node is not None and pos < n:
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             end = pos + len(child.label)
             through = m == len(child.label)
             if index in child.holders:
@@ -417,7 +492,9 @@ class MetaCore:
         return removed
 
     @atomic
-    def match(self, key: Any, *, touch: bool = False) -> MetaMatch:
+    def match(
+        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+    ) -> MetaMatch:
         """Every worker's matched length of ``key``, in one walk.
 
         A worker's length is the longest prefix of the key whose every page,
@@ -428,6 +505,13 @@ class MetaCore:
         key : sequence of int or 1-D integer array
         touch : bool, default False
             Refresh the counted pages of every approximate worker.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, in ``[0, 2**64)``: what
+            the engine hashed besides the tokens (multimodal inputs); pages
+            with equal tokens and different tags are different pages. None
+            means every tag is 0.
+        namespace : hashable, default None
+            The namespace to match in; in one that holds nothing every length is 0.
 
         Returns
         -------
@@ -436,20 +520,28 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad key or touch; nothing changes.
+            A bad key, touch, extras or namespace; nothing changes.
         """
         toks = _keys.tokens(key)
         touch = _check_touch(touch)
-        return self._match(toks, touch)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
+        return self._match(toks, tags, touch, namespace)
 
     @atomic
-    def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
+    def match_many(
+        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+    ) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
         Parameters
         ----------
         keys : sequence of keys, or 2-D integer array (one key per row)
         touch : bool, default False
+        extras : sequence, 2-D integer array, or None
+            One entry per key: its extra tags (as ``match`` takes them) or None.
+        namespace : hashable, default None
+            The namespace of every key.
 
         Returns
         -------
@@ -459,8 +551,8 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad ``keys``, a bad key or touch; every key is checked before any
-            is matched, so nothing changes.
+            A bad ``keys``, a bad key, touch, extras or namespace; every key is
+            checked before any is matched, so nothing changes.
         """
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
@@ -475,25 +567,32 @@ class MetaCore:
             rows = list(keys)
         converted = [_keys.tokens(row) for row in rows]
         touch = _check_touch(touch)
+        per_key = _keys.per_key_tags(extras, len(converted))
+        tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
+        _keys.check_namespace(namespace)
         out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch).lengths
+            out[r] = self._match(toks, tags[r], touch, namespace).lengths
         return out
 
-    def _match(self, toks: Tokens, touch: bool) -> MetaMatch:
+    def _key_tags(self, extras: Any, toks: Tokens, name: str = "extras") -> Tags:
+        """A key's extra tags, one per whole page (None: all 0)."""
+        return _keys.tags(extras, len(toks) // self._page_size, _PER_PAGE, name)
+
+    def _match(self, toks: Tokens, tags: Tags, touch: bool, namespace: Hashable) -> MetaMatch:
         p = self._page_size
         n = len(toks) - len(toks) % p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
         counting = {i for i, w in enumerate(slots) if w is not None}
         path: list[_MetaNode] = []
-        node, pos = self._root, 0
+        node, pos = self._roots.get(namespace), 0
         partial = False
-        while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+        while node is not None and pos < n:
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 break
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             counting &= child.holders
             for i in counting:
                 lengths[i] += m
@@ -528,6 +627,8 @@ class MetaCore:
         token_ids: Any,
         *,
         tier: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Apply a KV ``BlockStored`` event: the worker now holds these blocks.
 
@@ -542,6 +643,12 @@ class MetaCore:
             Exactly ``len(block_hashes) * page_size`` tokens.
         tier : int, default 0
             Only the device tier (0) is modelled.
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per block, in ``[0, 2**64)``: what the engine hashed
+            besides the tokens (multimodal inputs); None means every tag is 0.
+        namespace : hashable, default None
+            The blocks' namespace (a LoRA adapter, a cache salt); the parent
+            must be a block of the same namespace.
 
         Returns
         -------
@@ -555,32 +662,52 @@ class MetaCore:
         """
         self._table.resolve(worker)  # first: a stale worker is the error to report
         _blocks.check_tier(tier)
-        return self._store(*self._converted_stored(worker, parent_hash, block_hashes, token_ids))
+        options = {"extras": extras, "namespace": namespace}
+        return self._store(
+            *self._converted_stored(worker, parent_hash, block_hashes, token_ids, options)
+        )
 
     def _converted_stored(
-        self, worker: WorkerId, parent_hash: Any, block_hashes: Any, token_ids: Any
-    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...]]:
-        """A stored event's arguments, converted and checked for shape (no tree read)."""
+        self,
+        worker: WorkerId,
+        parent_hash: Any,
+        block_hashes: Any,
+        token_ids: Any,
+        options: dict[str, Any],
+    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...], Tags, Hashable]:
+        """A stored event's arguments (``options``: its keyword arguments), converted and
+        checked for shape (no tree read)."""
         self._table.resolve(worker)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        tags = _keys.tags(options.get("extras"), len(hashes), _keys.PER_BLOCK)
+        namespace = _keys.check_namespace(options.get("namespace"))
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
-        return worker, parent, hashes, toks
+        return worker, parent, hashes, toks, tags, namespace
 
     def _store(
-        self, worker: WorkerId, parent: int | None, hashes: list[int], toks: tuple[int, ...]
+        self,
+        worker: WorkerId,
+        parent: int | None,
+        hashes: list[int],
+        toks: tuple[int, ...],
+        tags: Tags,
+        namespace: Hashable,
     ) -> int:
         """Check a converted stored event against the tree, then apply it whole."""
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
         bmap = self._blocks[index]
-        if parent is not None and parent not in bmap:
-            raise _blocks.unknown_parent(worker, parent)
-        base_node = self._root if parent is None else bmap[parent]
-        base = self._path(base_node)
+        if parent is not None and (parent not in bmap or bmap[parent].namespace != namespace):
+            raise _blocks.unknown_parent(worker, parent, namespace)
+        root = self._roots.get(namespace)
+        base_node = root if parent is None else bmap[parent]
+        base = () if base_node is None else self._path(base_node)
+        block_tags = (0,) * len(hashes) if tags is None else tags
+        path_tags = (() if base_node is None else self._path_tags(base_node)) + block_tags
         seen: set[int] = set()
         for i, h in enumerate(hashes):
             if h == parent:
@@ -588,18 +715,32 @@ class MetaCore:
             if h in seen:
                 raise _blocks.repeated_hash(i, h)
             seen.add(h)
-            if h in bmap and self._path(bmap[h]) != base + toks[: (i + 1) * p]:
+            named = bmap.get(h)
+            page = base + toks[: (i + 1) * p]
+            page_tags = path_tags[: len(page) // p]
+            if named is not None and (
+                named.namespace != namespace
+                or self._path(named) != page
+                or self._path_tags(named) != page_tags
+            ):
                 raise _blocks.names_other_page(worker, i, h)
+            # Within a worker a page has one name: a second one is refused, not a rename.
+            here = self._find_page(root, page, page_tags) if named is None and root else None
+            old = here.hashes.get(index) if here is not None and here.depth == len(page) else None
+            if old is not None:
+                raise _blocks.renamed_block(worker, i, h, old)
         self._clock += 1
         if not hashes:
             return 0
+        if base_node is None:
+            base_node = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
         newly = 0
         node = base_node
         for i, h in enumerate(hashes):
             page = toks[i * p : (i + 1) * p]
-            child = node.children.get(page)
+            child = node.children.get((page, block_tags[i]))
             if child is None:
-                child = self._new_leaf(node, page)
+                child = self._new_leaf(node, page, block_tags[i])
             elif len(child.label) > p:
                 child = self._cut(child, p)
             if index not in child.holders:
@@ -609,7 +750,7 @@ class MetaCore:
             node = child
         if self._approximate(index):
             walk: _MetaNode | None = node
-            while walk is not None and walk is not self._root:
+            while walk is not None and walk.parent is not None:
                 if index in walk.holders:
                     walk.stamps[index] = self._clock
                 walk = walk.parent
@@ -677,7 +818,9 @@ class MetaCore:
         ----------
         records : iterable of tuples
             ``("stored", worker, parent_hash, block_hashes, token_ids)``,
-            ``("removed", worker, block_hashes)`` or ``("cleared", worker)``.
+            ``("removed", worker, block_hashes)`` or ``("cleared", worker)``,
+            each optionally followed by a dict of the keyword arguments of the
+            method it stands for (a stored record's ``{"namespace": ...}``).
 
         Returns
         -------
@@ -714,23 +857,28 @@ class MetaCore:
     def _prepared_record(self, record: Any) -> tuple[Any, ...]:
         """(apply function, converted arguments) of one event record."""
         if isinstance(record, (tuple, list)) and record:
-            kind = record[0]
-            if isinstance(kind, str):
-                if kind == "stored" and len(record) == 5:
-                    return (self._store, *self._converted_stored(*record[1:]))
-                if kind == "removed" and len(record) == 3:
-                    self._table.resolve(record[1])
+            kind, size = record[0], len(record)
+            # The base fields, then optionally a dict of the method's keyword arguments.
+            base = _blocks.RECORD_FIELDS.get(kind) if type(kind) is str else None
+            if base is not None and size in (base, base + 1):
+                self._table.resolve(record[1])  # first: a stale worker is the error to report
+                options = _blocks.record_options(kind, record[base], record) if size > base else {}
+                if kind == "stored":
+                    _, worker, parent, hashes, tokens = record[:5]
+                    converted = self._converted_stored(worker, parent, hashes, tokens, options)
+                    return (self._store, *converted)
+                if kind == "removed":
                     return (self._unstore, record[1], _blocks.block_hashes(record[2]))
-                if kind == "cleared" and len(record) == 2:
-                    self._table.resolve(record[1])
-                    return (self.apply_cleared, record[1])
-        msg = f"not an event record: {record!r}"
-        raise InvalidInputError(msg)
+                return (self.apply_cleared, record[1])
+        raise _blocks.not_a_record(record)
 
     # -- whole tree -----------------------------------------------------------------------------
     @atomic
-    def items(self, worker: WorkerId | None = None) -> list[_Item]:
-        """One ``(key, holders)`` per node, depth first, children in lexicographic order.
+    def items(self, worker: WorkerId | None = None) -> list[MetaItem]:
+        """One :class:`~radixmeta.MetaItem` per node.
+
+        Namespace by namespace in :meth:`namespaces` order, each depth first
+        with children in lexicographic order.
 
         Parameters
         ----------
@@ -739,34 +887,47 @@ class MetaCore:
 
         Returns
         -------
-        list of (numpy.ndarray, tuple of WorkerId)
-            The ``uint32`` path from the root to the node's end, and the workers
-            holding the node by ascending index.
+        list of MetaItem
+            The ``uint32`` path from the namespace's root to the node's end,
+            the workers holding the node by ascending index, and its namespace.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
-        out: list[_Item] = []
+        out: list[MetaItem] = []
         for node, path in self._in_order():
             if index is None or index in node.holders:
                 holders = tuple(w for i in sorted(node.holders) if (w := slots[i]) is not None)
-                out.append((np.array(path, dtype=np.uint32), holders))
+                key = np.array(path, dtype=np.uint32)
+                out.append(MetaItem(key, holders, node.namespace, self._extras(node)))
         return out
 
     @atomic
-    def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
-        """Records ``(key, start)``: ``insert(key, w, start=start)`` of each rebuilds its pages.
+    def dump(self, worker: WorkerId) -> list[DumpRecord]:
+        """Records that rebuild the worker's pages through :meth:`insert`.
 
-        One record per node the worker holds: in ``items()`` order for an exact
-        worker, least recent first (its eviction order) for an approximate one,
-        so that replaying them in order restores its recency order too.
+        One :class:`~radixmeta.DumpRecord` per node the worker holds: in
+        ``items()`` order for an exact worker, least recent first (its eviction
+        order) for an approximate one, so that replaying them in order restores
+        its recency order too.
         """
         index = self._table.resolve(worker)
         held = [(node, path) for node, path in self._in_order() if index in node.holders]
         if self._approximate(index):
             held.sort(key=lambda entry: (entry[0].stamps[index], -entry[0].depth))
         return [
-            (np.array(path, dtype=np.uint32), node.depth - len(node.label)) for node, path in held
+            DumpRecord(
+                np.array(path, dtype=np.uint32),
+                node.depth - len(node.label),
+                node.namespace,
+                self._extras(node),
+            )
+            for node, path in held
         ]
+
+    @atomic
+    def namespaces(self) -> list[Hashable]:
+        """Namespaces that hold a page, in order of creation (None, the default, always first)."""
+        return list(self._roots)
 
     @atomic
     def memory_usage(self) -> int:
@@ -784,15 +945,21 @@ class MetaCore:
         """Verify every invariant in O(n + marks); raises AssertionError on a violation."""
         p = self._page_size
         slots = self._table.slots
-        root = self._root
-        _require(root.parent is None and not root.label and not root.depth, "the root is malformed")
-        _require(not root.holders and not root.stamps and not root.hashes, "the root is held")
+        _require(next(iter(self._roots)) is None, "the default namespace is not first")
+        for namespace, root in self._roots.items():
+            _require(
+                root.parent is None and not root.label and not root.depth
+                and root.namespace == namespace,
+                "a root is malformed",
+            )
+            _require(not root.holders and not root.stamps and not root.hashes, "a root is held")
+            _require(namespace is None or bool(root.children), "an emptied namespace kept its root")
         held = [0] * len(self._held)
         stamp_keys: list[set[tuple[int, int]]] = [set() for _ in self._held]
         reachable: set[int] = set()
         nodes = 0
         for node in self._all_nodes():
-            if node is root:
+            if node.parent is None:
                 continue
             nodes += 1
             reachable.add(id(node))
@@ -802,8 +969,11 @@ class MetaCore:
             label = node.label
             _require(len(label) > 0 and len(label) % p == 0, "a label is not whole pages")
             _require(all(0 <= t < _keys.TOKEN_LIMIT for t in label), "a token is out of range")
-            _require(parent.children.get(label[:p]) is node, "a child is filed under the wrong key")
+            filed = parent.children.get((label[:p], node.tag))
+            _require(filed is node, "a child is filed under the wrong key")
+            _require(not node.tag or len(label) == p, "a tagged page is not a one-page node")
             _require(node.depth == parent.depth + len(label), "a depth is wrong")
+            _require(node.namespace == parent.namespace, "a node is in another namespace")
             _require(bool(node.holders or node.children), "a node has no holders and no children")
             for i in node.holders:
                 _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
@@ -834,20 +1004,42 @@ class MetaCore:
 
     # -- pickle support ---------------------------------------------------------------------------
     @atomic
-    def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
-        """(hash, path to the page end) for every block hash of the worker, by hash."""
+    def _block_entries(
+        self, worker: WorkerId
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable, npt.NDArray[np.uint64] | None]]:
+        """(hash, path to the page end, namespace, extras) for every block hash of the worker,
+        by hash."""
         bmap = self._blocks[self._table.resolve(worker)]
-        return [(h, np.array(self._path(bmap[h]), dtype=np.uint32)) for h in sorted(bmap)]
+        return [
+            (
+                h,
+                np.array(self._path(bmap[h]), dtype=np.uint32),
+                bmap[h].namespace,
+                self._extras(bmap[h]),
+            )
+            for h in sorted(bmap)
+        ]
 
     @atomic
-    def _bind_hash(self, worker: WorkerId, key: Any, block_hash: Any) -> None:
+    def _bind_hash(
+        self,
+        worker: WorkerId,
+        key: Any,
+        block_hash: Any,
+        namespace: Hashable = None,
+        extras: Any = None,
+    ) -> None:
         """Name the worker's page ending at the end of ``key`` by ``block_hash``."""
         index = self._table.resolve(worker)
         h = _blocks.block_hash(block_hash, "block_hash")
         toks = _keys.tokens(key)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         p = self._page_size
-        node = self._find_page(toks) if toks and len(toks) % p == 0 else None
+        root = self._roots.get(namespace)
+        whole = bool(toks) and len(toks) % p == 0
+        node = self._find_page(root, toks, tags) if root is not None and whole else None
         if node is None or index not in node.holders:
             msg = "the worker holds no page ending at the end of key"
             raise InvalidInputError(msg)
@@ -885,24 +1077,41 @@ class MetaCore:
 
     # -- helpers ------------------------------------------------------------------------------
     def _all_nodes(self) -> Iterator[_MetaNode]:
-        stack = [self._root]
+        """Every node, the roots included."""
+        stack = list(self._roots.values())
         while stack:
             node = stack.pop()
             yield node
             stack.extend(node.children.values())
 
     def _in_order(self) -> list[tuple[_MetaNode, Tokens]]:
-        """(node, path to its end) for every node but the root, depth first, children sorted."""
+        """(node, path to its end) for every node but the roots: namespace by namespace,
+        each depth first with children sorted."""
         out: list[tuple[_MetaNode, Tokens]] = []
-        stack: list[tuple[_MetaNode, Tokens]] = [
-            (child, child.label) for _, child in sorted(self._root.children.items(), reverse=True)
-        ]
-        while stack:
-            node, path = stack.pop()
-            out.append((node, path))
-            for _, child in sorted(node.children.items(), reverse=True):
-                stack.append((child, path + child.label))
+        for root in self._roots.values():
+            stack: list[tuple[_MetaNode, Tokens]] = [
+                (child, child.label) for _, child in sorted(root.children.items(), reverse=True)
+            ]
+            while stack:
+                node, path = stack.pop()
+                out.append((node, path))
+                for _, child in sorted(node.children.items(), reverse=True):
+                    stack.append((child, path + child.label))
         return out
+
+    def _path_tags(self, node: _MetaNode) -> tuple[int, ...]:
+        """The extra tags of the pages from the root to the end of ``node``, one per page."""
+        tags: list[int] = []
+        walk: _MetaNode | None = node
+        while walk is not None and walk.parent is not None:
+            tags.extend([0] * (len(walk.label) // self._page_size - 1) + [walk.tag])
+            walk = walk.parent
+        return tuple(reversed(tags))
+
+    def _extras(self, node: _MetaNode) -> npt.NDArray[np.uint64] | None:
+        """``_path_tags`` as records give it: a uint64 array, or None when all are 0."""
+        tags = self._path_tags(node)
+        return np.array(tags, dtype=np.uint64) if any(tags) else None
 
     def _path(self, node: _MetaNode) -> Tokens:
         parts: list[Tokens] = []
@@ -912,16 +1121,15 @@ class MetaCore:
             walk = walk.parent
         return tuple(t for part in reversed(parts) for t in part)
 
-    def _find_page(self, toks: Tokens) -> _MetaNode | None:
-        """The node containing the page that ends at ``len(toks)``, if that page is in the tree."""
-        p = self._page_size
-        node, pos = self._root, 0
+    def _find_page(self, root: _MetaNode, toks: Tokens, tags: Tags) -> _MetaNode | None:
+        """The node below ``root`` containing the page that ends at ``len(toks)``, if any."""
+        node, pos = root, 0
         n = len(toks)
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 return None
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             if pos + m < min(n, child.depth):
                 return None  # the key leaves the tree inside this node
             if child.depth >= n:
@@ -934,22 +1142,40 @@ class MetaCore:
         parent = node.parent
         p = self._page_size
         assert parent is not None and 0 < m < len(node.label) and m % p == 0
-        assert not node.hashes, "a one-page block node is never cut"
-        upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m)
+        assert not node.hashes and not node.tag, "a one-page node is never cut"
+        upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m, node.namespace)
         upper.holders = set(node.holders)
         upper.stamps = dict(node.stamps)
-        parent.children[node.label[:p]] = upper
+        parent.children[node.label[:p], 0] = upper
         node.label = node.label[m:]
         node.parent = upper
-        upper.children[node.label[:p]] = node
+        upper.children[node.label[:p], 0] = node
         self._nodes += 1
         return upper
 
-    def _new_leaf(self, parent: _MetaNode, label: Tokens) -> _MetaNode:
-        leaf = _MetaNode(parent, label, parent.depth + len(label))
-        parent.children[label[: self._page_size]] = leaf
+    def _new_leaf(self, parent: _MetaNode, label: Tokens, tag: int) -> _MetaNode:
+        leaf = _MetaNode(parent, label, parent.depth + len(label), parent.namespace, tag)
+        parent.children[label[: self._page_size], tag] = leaf
         self._nodes += 1
         return leaf
+
+    def _new_path(
+        self, parent: _MetaNode, toks: Tokens, lo: int, hi: int, tags: Tags, index: int | None
+    ) -> _MetaNode:
+        """New nodes below ``parent`` for ``toks[lo:hi]``: a run of untagged pages is one
+        node, a tagged page a node of its own; marked for worker ``index`` unless None.
+        Returns the last."""
+        p = self._page_size
+        while lo < hi:
+            tag = self._tag(tags, lo)
+            end = lo + p
+            while not tag and end < hi and not self._tag(tags, end):
+                end += p
+            parent = self._new_leaf(parent, toks[lo:end], tag)
+            if index is not None:
+                self._mark(parent, index)
+            lo = end
+        return parent
 
     def _mark(self, node: _MetaNode, index: int) -> None:
         node.holders.add(index)
@@ -975,15 +1201,15 @@ class MetaCore:
         node.hashes[index] = h
         self._blocks[index][h] = node
 
-    def _refresh_path(self, index: int, toks: Tokens, n: int) -> None:
-        """Every node on ``toks[:n]``'s path that worker ``index`` holds takes the clock."""
-        p = self._page_size
-        node, pos = self._root, 0
+    def _refresh_path(self, index: int, root: _MetaNode, toks: Tokens, n: int, tags: Tags) -> None:
+        """Every node on ``toks[:n]``'s path from ``root`` that worker ``index`` holds takes
+        the clock."""
+        node, pos = root, 0
         while pos < n:
-            child = node.children.get(toks[pos : pos + p])
+            child = self._child(node, toks, pos, tags)
             if child is None:
                 return
-            m = self._common(child.label, toks, pos, n)
+            m = self._common(child.label, toks, pos, n, tags)
             if index in child.holders:
                 _require(pos + m == child.depth, "a refresh covers part of a node")
                 child.stamps[index] = self._clock
@@ -1019,12 +1245,15 @@ class MetaCore:
         return tokens
 
     def _free_unused(self) -> None:
-        """Free every node with no holders and no children, children before parents."""
+        """Free every node with no holders and no children, children before parents, then
+        the roots of the namespaces this empties."""
         p = self._page_size
         for node in reversed(list(self._all_nodes())):
-            if node is not self._root and not node.holders and not node.children:
-                parent = node.parent
-                assert parent is not None
-                del parent.children[node.label[:p]]
+            parent = node.parent
+            if parent is not None and not node.holders and not node.children:
+                del parent.children[node.label[:p], node.tag]
                 node.parent = None
                 self._nodes -= 1
+        for namespace in [ns for ns, root in self._roots.items() if not root.children]:
+            if namespace is not None:
+                del self._roots[namespace]

@@ -91,7 +91,8 @@ class UnknownParentError(BlockEventError):
 
 
 class BlockConflictError(BlockEventError):
-    """A block hash would name two different pages for one worker, or form a cycle."""
+    """A block hash would name two different pages for one worker, a page a worker already
+    names would get a second hash, or the hashes would form a cycle."""
 
 
 class LogTruncatedError(RadixMetaError, LookupError):

@@ -36,7 +36,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -45,6 +45,7 @@ import numpy.typing as npt
 from hypothesis import strategies as st
 
 from radixmeta import _blocks, _keys
+from radixmeta._types import DumpRecord
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError
 
@@ -71,6 +72,9 @@ __all__ = [
 ]
 
 Tokens: TypeAlias = tuple[int, ...]
+#: A page of the model: its namespace, its full token path from the root, and the extra
+#: tags of the path's pages (one per page).
+Page: TypeAlias = tuple[Hashable, Tokens, tuple[int, ...]]
 
 # ---------------------------------------------------------------------------------------
 # Brute-force model
@@ -97,17 +101,19 @@ class BruteForceMetaMatch:
 class BruteForceMetaTree:
     """A tree-less, brute-force model of the :class:`~radixmeta.MetaTree` semantics.
 
-    A page is named by its full token path from the root. The model keeps:
+    A page is named by its namespace, its full token path from the root and
+    the extra tags of that path's pages. The model keeps:
 
     * per worker index, ``pages``: every page it holds, mapped to the logical
       time of its last access (used by approximate workers only);
     * per worker index, ``blocks``: block hash to page;
-    * one logical clock, advanced as the real trees advance theirs.
+    * one logical clock, advanced as the real trees advance theirs;
+    * the namespaces holding a page, in order of creation.
 
-    A page is "in the tree" when some worker holds it or a page below it: a
-    node that holds nothing and leads to nothing is freed at once (rule 1), so
-    the tree is exactly the prefix closure of all held pages. With that, every
-    rule is one line:
+    A page is "in the tree" when some worker holds it or a page below it (in
+    its namespace): a node that holds nothing and leads to nothing is freed at
+    once (rule 1), so the tree is exactly the prefix closure of all held pages.
+    With that, every rule is one line:
 
     * ``match``: a worker's length is the longest run of the key's pages, from
       the first, that it holds; ``tree_length`` the longest run in the tree;
@@ -115,8 +121,9 @@ class BruteForceMetaTree:
     * an approximate worker's refreshed pages take the clock's value, and
       eviction drops its page with the smallest ``(stamp, -depth)`` until it
       fits (the "tree-less model" of the rules);
-    * block events resolve hashes through ``blocks``; every route that drops a
-      page drops its hash.
+    * block events resolve hashes through ``blocks``, where a worker names a
+      page by one hash at most (a second one is refused); every route that
+      drops a page drops its hash.
 
     It has the public API of ``MetaTree`` except what only a tree has
     (``node_count``, ``memory_usage``, and node boundaries: ``items()`` and
@@ -146,8 +153,9 @@ class BruteForceMetaTree:
         self._page_size = _keys.check_page_size(page_size)
         self._table = WorkerTable()
         self._clock = 0
-        self._pages: dict[int, dict[Tokens, int]] = {}
-        self._hashes: dict[int, dict[int, Tokens]] = {}
+        self._pages: dict[int, dict[Page, int]] = {}
+        self._hashes: dict[int, dict[int, Page]] = {}
+        self._namespaces: list[Hashable] = [None]
 
     # -- workers ------------------------------------------------------------------------
     @property
@@ -177,6 +185,7 @@ class BruteForceMetaTree:
         index = self._table.resolve(worker)
         tokens = self._clear(index)
         self._table.remove(worker)
+        self._settle_namespaces()
         return tokens
 
     def worker(self, name: str, dp_rank: int = 0) -> WorkerId:
@@ -192,18 +201,36 @@ class BruteForceMetaTree:
         return len(self._pages[self._table.resolve(worker)]) * self._page_size
 
     # -- helpers ----------------------------------------------------------------------------
-    def _prefixes(self, toks: Tokens, lo: int, hi: int) -> list[Tokens]:
-        """The pages of ``toks`` ending in ``(lo, hi]``."""
+    def _prefixes(
+        self, namespace: Hashable, toks: Tokens, tags: tuple[int, ...], lo: int, hi: int
+    ) -> list[Page]:
+        """The pages of ``toks`` (page tags ``tags``) in ``namespace`` ending in ``(lo, hi]``."""
         p = self._page_size
-        return [toks[:k] for k in range(lo + p, hi + 1, p)]
+        return [(namespace, toks[:k], tags[: k // p]) for k in range(lo + p, hi + 1, p)]
 
-    def _in_tree(self, page: Tokens) -> bool:
-        return any(q[: len(page)] == page for pages in self._pages.values() for q in pages)
+    def _key_tags(self, extras: Any, toks: Tokens, name: str = "extras") -> tuple[int, ...]:
+        """A key's extra tags, one per whole page (0s for None)."""
+        count = len(toks) // self._page_size
+        return _keys.tags(extras, count, _keys.PER_PAGE, name) or (0,) * count
+
+    def _in_tree(self, page: Page) -> bool:
+        namespace, toks, tags = page
+        return any(
+            ns == namespace and q[: len(toks)] == toks and t[: len(tags)] == tags
+            for pages in self._pages.values()
+            for ns, q, t in pages
+        )
+
+    def _settle_namespaces(self) -> None:
+        """Forget the namespaces left without pages; list new ones last (creation order)."""
+        held = {page[0] for pages in self._pages.values() for page in pages}
+        self._namespaces = [ns for ns in self._namespaces if ns is None or ns in held]
+        self._namespaces += [ns for ns in held if ns not in self._namespaces]
 
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
-    def _drop(self, index: int, page: Tokens) -> None:
+    def _drop(self, index: int, page: Page) -> None:
         del self._pages[index][page]
         hashes = self._hashes[index]
         for h in [h for h, q in hashes.items() if q == page]:
@@ -215,7 +242,7 @@ class BruteForceMetaTree:
             return
         pages = self._pages[index]
         while len(pages) * self._page_size > capacity:
-            victim = min(pages, key=lambda q: (pages[q], -len(q)))
+            victim = min(pages, key=lambda q: (pages[q], -len(q[1])))
             self._drop(index, victim)
 
     def _clear(self, index: int) -> int:
@@ -238,46 +265,70 @@ class BruteForceMetaTree:
         return toks, n, s
 
     # -- token paths --------------------------------------------------------------------------
-    def insert(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def insert(
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
+    ) -> int:
         """Mark the key's pages from ``start`` on; returns pages newly marked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
         self._clock += 1
         pages = self._pages[index]
         newly = 0
-        for page in self._prefixes(toks, start, n):
+        for page in self._prefixes(namespace, toks, tags, start, n):
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
         if self._approximate(index):
-            for page in self._prefixes(toks, 0, n):
+            for page in self._prefixes(namespace, toks, tags, 0, n):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
+        self._settle_namespaces()
         return newly
 
-    def remove(self, key: Any, worker: WorkerId, *, start: int = 0) -> int:
+    def remove(
+        self,
+        key: Any,
+        worker: WorkerId,
+        *,
+        start: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
+    ) -> int:
         """Unmark the key's pages from ``start`` on; returns pages unmarked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
         removed = 0
-        for page in self._prefixes(toks, start, n):
+        for page in self._prefixes(namespace, toks, tags, start, n):
             if page in self._pages[index]:
                 self._drop(index, page)
                 removed += 1
+        self._settle_namespaces()
         return removed
 
-    def _match(self, toks: Tokens, touch: bool) -> BruteForceMetaMatch:
+    def _match(
+        self, toks: Tokens, tags: tuple[int, ...], touch: bool, namespace: Hashable
+    ) -> BruteForceMetaMatch:
         p = self._page_size
         n = len(toks) // p * p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
-        pages = self._prefixes(toks, 0, n)
+        pages = self._prefixes(namespace, toks, tags, 0, n)
         tree_length = 0
         for page in pages:
             if not self._in_tree(page):
                 break
-            tree_length = len(page)
+            tree_length = len(page[1])
         for i, w in enumerate(slots):
             if w is None:
                 continue
@@ -294,15 +345,21 @@ class BruteForceMetaTree:
                         self._pages[i][page] = self._clock
         return BruteForceMetaMatch(lengths, tree_length, slots)
 
-    def match(self, key: Any, *, touch: bool = False) -> BruteForceMetaMatch:
+    def match(
+        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+    ) -> BruteForceMetaMatch:
         """Every worker's matched length of ``key`` (the gap rule)."""
         toks = _keys.tokens(key)
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
-        return self._match(toks, touch)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
+        return self._match(toks, tags, touch, namespace)
 
-    def match_many(self, keys: Any, *, touch: bool = False) -> npt.NDArray[np.int64]:
+    def match_many(
+        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+    ) -> npt.NDArray[np.int64]:
         """``match`` of each key in order: an int64 array of shape (len(keys), n_workers)."""
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
             rows: list[Any] = list(keys)
@@ -315,9 +372,12 @@ class BruteForceMetaTree:
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        per_key = _keys.per_key_tags(extras, len(converted))
+        tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
+        _keys.check_namespace(namespace)
         out = np.zeros((len(converted), self.n_workers), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, touch).lengths
+            out[r] = self._match(toks, tags[r], touch, namespace).lengths
         return out
 
     # -- block events -------------------------------------------------------------------------
@@ -329,6 +389,8 @@ class BruteForceMetaTree:
         token_ids: Any,
         *,
         tier: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> int:
         """Apply a ``BlockStored`` event atomically; returns pages newly marked."""
         index = self._table.resolve(worker)
@@ -336,43 +398,48 @@ class BruteForceMetaTree:
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        tags = _keys.tags(extras, len(hashes), _keys.PER_BLOCK) or (0,) * len(hashes)
+        _keys.check_namespace(namespace)
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
         known = self._hashes[index]
-        if parent is not None and parent not in known:
-            raise _blocks.unknown_parent(worker, parent)
-        base = () if parent is None else known[parent]
+        if parent is not None and (parent not in known or known[parent][0] != namespace):
+            raise _blocks.unknown_parent(worker, parent, namespace)
+        _, base, base_tags = (None, (), ()) if parent is None else known[parent]
         for i, h in enumerate(hashes):
             if h == parent:
                 raise _blocks.cycle(i, h)
             if h in hashes[:i]:
                 raise _blocks.repeated_hash(i, h)
-            if h in known and known[h] != base + toks[: (i + 1) * p]:
+            page = (namespace, base + toks[: (i + 1) * p], base_tags + tags[: i + 1])
+            if h in known and known[h] != page:
                 raise _blocks.names_other_page(worker, i, h)
+            old = [g for g, q in known.items() if q == page and g != h]
+            if old:
+                raise _blocks.renamed_block(worker, i, h, old[0])
         self._clock += 1
         if not hashes:
             return 0
         pages = self._pages[index]
         newly = 0
-        path = base + toks
+        path, path_tags = base + toks, base_tags + tags
         for i, h in enumerate(hashes):
-            page = path[: len(base) + (i + 1) * p]
+            page = (namespace, path[: len(base) + (i + 1) * p], path_tags[: len(base_tags) + i + 1])
             if page not in pages:
                 pages[page] = self._clock
                 newly += 1
-            for old in [g for g, q in known.items() if q == page and g != h]:
-                del known[old]
             known[h] = page
         if self._approximate(index):
-            for page in self._prefixes(path, 0, len(path)):
+            for page in self._prefixes(namespace, path, path_tags, 0, len(path)):
                 if page in pages:
                     pages[page] = self._clock
             self._evict(index)
+        self._settle_namespaces()
         return newly
 
     def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
-        """Apply a ``BlockRemoved`` event; returns pages unmarked."""
+        """Apply a ``BlockRemoved`` event (in any namespace); returns pages unmarked."""
         index = self._table.resolve(worker)
         _blocks.check_tier(tier)
         hashes = _blocks.block_hashes(block_hashes)
@@ -382,31 +449,37 @@ class BruteForceMetaTree:
             if page is not None:
                 self._drop(index, page)
                 removed += 1
+        self._settle_namespaces()
         return removed
 
     def apply_cleared(self, worker: WorkerId) -> int:
         """Apply an ``AllBlocksCleared`` event; returns tokens unmarked."""
-        return self._clear(self._table.resolve(worker))
+        tokens = self._clear(self._table.resolve(worker))
+        self._settle_namespaces()
+        return tokens
 
     def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
         """Apply records in order, each atomically; one ``BlockStatus`` per record."""
         if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
             msg = f"records must be a sequence of event records, got {type(records).__name__}"
             raise InputTypeError(msg)
+        methods: dict[str, Callable[..., Any]] = {
+            "stored": self.apply_stored,
+            "removed": self.apply_removed,
+            "cleared": self.apply_cleared,
+        }
         out: list[int] = []
         for record in records:
             try:
                 ok = isinstance(record, (tuple, list)) and record and isinstance(record[0], str)
-                shape = (record[0], len(record)) if ok else None
-                if shape == ("stored", 5):
-                    self.apply_stored(record[1], record[2], record[3], record[4])
-                elif shape == ("removed", 3):
-                    self.apply_removed(record[1], record[2])
-                elif shape == ("cleared", 2):
-                    self.apply_cleared(record[1])
-                else:
-                    msg = f"not an event record: {record!r}"
-                    raise InvalidInputError(msg)
+                base = _blocks.RECORD_FIELDS.get(record[0]) if ok else None
+                if base is None or len(record) not in (base, base + 1):
+                    raise _blocks.not_a_record(record)
+                self._table.resolve(record[1])
+                kind = record[0]
+                extra = len(record) > base
+                options = _blocks.record_options(kind, record[base], record) if extra else {}
+                methods[kind](*record[1:base], **options)
             except RadixMetaError as exc:
                 out.append(int(_blocks.record_status(exc)))
             else:
@@ -414,7 +487,16 @@ class BruteForceMetaTree:
         return np.array(out, dtype=np.int8)
 
     # -- introspection ------------------------------------------------------------------------
-    def pages(self, worker: WorkerId) -> list[Tokens]:
+    def namespaces(self) -> list[Hashable]:
+        """Namespaces that hold a page, in order of creation (None always first)."""
+        return list(self._namespaces)
+
+    def page_order(self, page: Page) -> tuple[int, Tokens, tuple[int, ...]]:
+        """Sort key of "path order": namespace by namespace (:meth:`namespaces`), then path
+        and tags."""
+        return self._namespaces.index(page[0]), page[1], page[2]
+
+    def pages(self, worker: WorkerId) -> list[Page]:
         """The worker's pages, least recent (deepest first among equals) to most recent.
 
         For an exact worker, whose pages have no meaningful recency, in path order.
@@ -422,41 +504,52 @@ class BruteForceMetaTree:
         index = self._table.resolve(worker)
         pages = self._pages[index]
         if self._approximate(index):
-            return sorted(pages, key=lambda q: (pages[q], -len(q)))
-        return sorted(pages)
+            return sorted(pages, key=lambda q: (pages[q], -len(q[1])))
+        return sorted(pages, key=self.page_order)
 
-    def dump(self, worker: WorkerId) -> list[tuple[npt.NDArray[np.uint32], int]]:
-        """One ``(page path, page start)`` record per held page, in :meth:`pages` order.
+    def dump(self, worker: WorkerId) -> list[DumpRecord]:
+        """One record per held page, in :meth:`pages` order.
 
-        Replaying them with ``insert(key, w, start=start)`` rebuilds the pages
-        and (for an approximate worker) their recency order.
+        Replaying them with ``insert(key, w, start=start, namespace=namespace)``
+        rebuilds the pages and (for an approximate worker) their recency order.
         """
         p = self._page_size
-        return [(np.array(q, dtype=np.uint32), len(q) - p) for q in self.pages(worker)]
+        return [
+            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns, _extras(tags))
+            for ns, q, tags in self.pages(worker)
+        ]
 
-    def items(self, worker: WorkerId | None = None) -> list[tuple[Tokens, tuple[WorkerId, ...]]]:
-        """One ``(page path, holders)`` per page in the tree, in path order.
+    def items(
+        self, worker: WorkerId | None = None
+    ) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable, tuple[int, ...]]]:
+        """One ``(page path, holders, namespace, page tags)`` per page in the tree, in path
+        order.
 
         Pages, not nodes: a tree's ``items()`` has one entry per run of pages.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
-        every: set[Tokens] = set()
-        for q in (q for pages in self._pages.values() for q in pages):
-            every.update(self._prefixes(q, 0, len(q)))
+        every: set[Page] = set()
+        for ns, q, tags in (q for pages in self._pages.values() for q in pages):
+            every.update(self._prefixes(ns, q, tags, 0, len(q)))
         out = []
-        for page in sorted(every):
+        for page in sorted(every, key=self.page_order):
             holders = tuple(
                 w for i, w in enumerate(slots) if w is not None and page in self._pages[i]
             )
             if index is None or page in self._pages[index]:
-                out.append((page, holders))
+                out.append((page[1], holders, page[0], page[2]))
         return out
 
-    def _block_entries(self, worker: WorkerId) -> list[tuple[int, npt.NDArray[np.uint32]]]:
-        """(hash, page path) for every block hash of the worker, by hash."""
+    def _block_entries(
+        self, worker: WorkerId
+    ) -> list[tuple[int, npt.NDArray[np.uint32], Hashable, npt.NDArray[np.uint64] | None]]:
+        """(hash, page path, namespace, extras) for every block hash of the worker, by hash."""
         known = self._hashes[self._table.resolve(worker)]
-        return [(h, np.array(known[h], dtype=np.uint32)) for h in sorted(known)]
+        return [
+            (h, np.array(known[h][1], dtype=np.uint32), known[h][0], _extras(known[h][2]))
+            for h in sorted(known)
+        ]
 
     def check(self) -> None:
         """Verify the model's own invariants; raises AssertionError."""
@@ -464,14 +557,14 @@ class BruteForceMetaTree:
         for index, pages in self._pages.items():
             live = index < len(self._table.slots) and self._table.slots[index] is not None
             assert live or not pages, "a removed worker holds pages"
-            assert all(q and len(q) % p == 0 for q in pages), "a page is not whole"
+            assert all(q and len(q) % p == 0 for _, q, _ in pages), "a page is not whole"
             for h, q in self._hashes[index].items():
                 assert q in pages, f"hash {h:#x} names a page the worker does not hold"
             assert len(set(self._hashes[index].values())) == len(self._hashes[index])
             capacity = self._table.capacities[index] if live else None
             if capacity is not None:
                 assert len(pages) * p <= capacity, "an approximate worker exceeds its capacity"
-                keys = {(stamp, len(q)) for q, stamp in pages.items()}
+                keys = {(stamp, len(q)) for (_, q, _), stamp in pages.items()}
                 assert len(keys) == len(pages), "two pages of a worker tie in recency"
 
 
@@ -480,7 +573,14 @@ class BruteForceMetaTree:
 # ---------------------------------------------------------------------------------------
 
 
-def block_hash_of(path: Sequence[int], salt: int = 0) -> int:
+def _extras(tags: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
+    """Page tags as records give them: a uint64 array, or None when all are 0."""
+    return np.array(tags, dtype=np.uint64) if any(tags) else None
+
+
+def block_hash_of(
+    path: Sequence[int], salt: int = 0, namespace: Hashable = None, extras: Sequence[int] = ()
+) -> int:
     """A deterministic 64-bit block hash of a page path (unsigned), as the operations use.
 
     Parameters
@@ -489,13 +589,26 @@ def block_hash_of(path: Sequence[int], salt: int = 0) -> int:
         The page's full token path from the root.
     salt : int, default 0
         Other salts give other hashes for the same page.
+    namespace : hashable, default None
+        The page's namespace: engines hash the LoRA adapter and cache salt in.
+    extras : sequence of int, default ()
+        The extra tags of the path's pages (multimodal inputs); all-0 tags hash
+        as none.
 
     Examples
     --------
     >>> block_hash_of([1, 2]) == block_hash_of((1, 2)) != block_hash_of([1, 2], salt=1)
     True
+    >>> block_hash_of([1, 2]) != block_hash_of([1, 2], namespace="lora")
+    True
+    >>> block_hash_of([1, 2], extras=[0]) == block_hash_of([1, 2])
+    True
+    >>> block_hash_of([1, 2], extras=[5]) != block_hash_of([1, 2])
+    True
     """
-    data = repr((salt, tuple(int(t) for t in path))).encode()
+    tag = () if namespace is None else (repr(namespace),)
+    tags = (tuple(int(t) for t in extras),) if any(extras) else ()
+    data = repr((salt, tuple(int(t) for t in path), *tag, *tags)).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
@@ -517,37 +630,47 @@ class RemoveWorker:
 
 @dataclass(frozen=True)
 class Insert:
-    """``tree.insert(key, w, start=start)``."""
+    """``tree.insert(key, w, start=start, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class Remove:
-    """``tree.remove(key, w, start=start)``."""
+    """``tree.remove(key, w, start=start, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class Match:
-    """``tree.match(key, touch=touch)``; the outcome is ``(lengths, tree_length, best)``."""
+    """``tree.match(key, touch=touch, extras=extras, namespace=namespace)``; the outcome is
+    ``(lengths, tree_length, best)``."""
 
     key: list[int]
     touch: bool = False
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class MatchMany:
-    """``tree.match_many(keys, touch=touch)``; ``as_array`` passes a 2-D array (equal lengths)."""
+    """``tree.match_many(keys, touch=touch, extras=extras, namespace=namespace)``;
+    ``as_array`` passes a 2-D array (equal lengths)."""
 
     keys: list[list[int]]
     touch: bool = False
     as_array: bool = False
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one entry (tags or None) per key, None, or a bad value
 
 
 #: Kinds of :class:`ApplyStored` calls: well-formed ones, and each way of being refused.
@@ -555,7 +678,7 @@ STORED_VARIANTS = (
     "ok",  # hashes block_hash_of(page path); parent the hash of the parent page
     "signed",  # the same hashes passed as signed int64 values
     "array",  # the same hashes as a numpy uint64 array, tokens as an int64 array
-    "salted",  # other hashes for the same pages (renames them)
+    "salted",  # other hashes for the same pages (a conflict where the worker named them)
     "unknown_parent",  # a parent hash nobody stored
     "cycle",  # a block whose hash is the parent's
     "repeat",  # a hash repeated within the event
@@ -564,16 +687,20 @@ STORED_VARIANTS = (
     "tier",  # tier=1
     "float_hash",  # a float where a hash belongs
     "big_hash",  # 2**64, outside the hash range
+    "retagged",  # the same pages under other extra tags (other pages, hashed apart)
 )
 
 
 @dataclass(frozen=True)
 class ApplyStored:
-    """``tree.apply_stored(w, parent, hashes, tokens)`` for pages of ``key``.
+    """``tree.apply_stored(w, parent, hashes, tokens, extras=..., namespace=namespace)`` for
+    pages of ``key``.
 
     The blocks are the key's pages ``parent_pages`` to ``parent_pages + blocks``;
-    the parent is the page before them (None at the root); hashes come from
-    :func:`block_hash_of`, altered as ``variant`` (one of :data:`STORED_VARIANTS`) says.
+    the parent is the page before them (None at the root); ``extras`` are the
+    key's page tags, of which the event takes the blocks' (a bad value is passed
+    as it is); hashes come from :func:`block_hash_of` (of the namespace, the
+    path and its tags), altered as ``variant`` (one of :data:`STORED_VARIANTS`) says.
     """
 
     worker: int
@@ -581,13 +708,17 @@ class ApplyStored:
     parent_pages: int
     blocks: int
     variant: str = "ok"
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
 class ApplyRemoved:
     """``tree.apply_removed(w, hashes)`` for the pages of ``key`` from ``first_page`` on.
 
-    ``salt`` 0 names them as :class:`ApplyStored` "ok" does; ``tier`` other than 0 is refused.
+    ``salt`` 0 names them as :class:`ApplyStored` "ok" does in ``namespace``
+    with the key's page tags ``extras`` (a removal itself carries neither);
+    ``tier`` other than 0 is refused.
     """
 
     worker: int
@@ -595,6 +726,8 @@ class ApplyRemoved:
     first_page: int = 0
     salt: int = 0
     tier: int = 0
+    namespace: Any = None  # a namespace, or an unhashable value the trees refuse
+    extras: Any = None  # one tag per whole page of the key, None, or a bad value
 
 
 @dataclass(frozen=True)
@@ -633,10 +766,23 @@ def _stored_args(op: ApplyStored, page_size: int) -> tuple[Any, Any, Any, dict[s
     key = [int(t) for t in op.key]
     first = op.parent_pages * p
     end = first + op.blocks * p
-    parent: Any = block_hash_of(key[:first]) if first else None
-    hashes: Any = [block_hash_of(key[: first + (i + 1) * p]) for i in range(op.blocks)]
+    ns = op.namespace if _hashable(op.namespace) else None
+    given = _well_formed_tags(op.extras, len(key) // p)
+    tags = given or [0] * (len(key) // p)
+    if op.variant == "retagged":
+        tags = [t + 1 for t in tags]
+
+    def hash_of(path: list[int], salt: int = 0) -> int:
+        return block_hash_of(path, salt, ns, tags[: len(path) // p])
+
+    parent: Any = hash_of(key[:first]) if first else None
+    hashes: Any = [hash_of(key[: first + (i + 1) * p]) for i in range(op.blocks)]
     tokens: Any = key[first:end]
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {} if op.namespace is None else {"namespace": op.namespace}
+    if given is not None or op.variant == "retagged":
+        kwargs["extras"] = tags[op.parent_pages : op.parent_pages + op.blocks]
+    elif op.extras is not None:
+        kwargs["extras"] = op.extras  # a bad value, passed as it is
     v = op.variant
     if v == "signed":
         hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
@@ -645,16 +791,16 @@ def _stored_args(op: ApplyStored, page_size: int) -> tuple[Any, Any, Any, dict[s
         hashes = np.array(hashes, dtype=np.uint64)
         tokens = np.array(tokens, dtype=np.int64)
     elif v == "salted":
-        hashes = [block_hash_of(key[: first + (i + 1) * p], salt=1) for i in range(op.blocks)]
+        hashes = [hash_of(key[: first + (i + 1) * p], salt=1) for i in range(op.blocks)]
     elif v == "unknown_parent":
-        parent = block_hash_of(key[:first], salt=99)
+        parent = hash_of(key[:first], salt=99)
     elif v == "cycle" and hashes:
         hashes[-1] = parent if parent is not None else hashes[0]
     elif v == "repeat" and hashes:
         hashes.append(hashes[0])
         tokens = tokens + tokens[-p:]
     elif v == "other_page" and hashes:
-        hashes[-1] = block_hash_of(key[:p])
+        hashes[-1] = hash_of(key[:p])
     elif v == "bad_count":
         tokens = [*tokens, 0]
     elif v == "tier":
@@ -671,7 +817,25 @@ def _removed_hashes(op: ApplyRemoved, page_size: int) -> list[int]:
     key = [int(t) for t in op.key]
     n = len(key) // page_size * page_size
     ends = range((op.first_page + 1) * page_size, n + 1, page_size)
-    return [block_hash_of(key[:k], salt=op.salt) for k in ends]
+    ns = op.namespace if _hashable(op.namespace) else None
+    tags = _well_formed_tags(op.extras, len(key) // page_size) or []
+    return [block_hash_of(key[:k], op.salt, ns, tags[: k // page_size]) for k in ends]
+
+
+def _well_formed_tags(extras: Any, pages: int) -> list[int] | None:
+    """``extras`` if it is a well-formed list of tags for ``pages`` pages, else None."""
+    ok = isinstance(extras, list) and len(extras) == pages
+    if ok and all(type(t) is int and 0 <= t < _keys.TAG_LIMIT for t in extras):
+        return list(extras)
+    return None
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _plain(value: Any) -> Any:
@@ -694,19 +858,20 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
         return tree.add_worker(op.name, op.dp_rank, capacity=op.capacity)
     if isinstance(op, RemoveWorker):
         return int(tree.remove_worker(pick(op.worker)))
-    if isinstance(op, Insert):
-        return int(tree.insert(op.key, pick(op.worker), start=op.start))
-    if isinstance(op, Remove):
-        return int(tree.remove(op.key, pick(op.worker), start=op.start))
+    if isinstance(op, (Insert, Remove)):
+        method = tree.insert if isinstance(op, Insert) else tree.remove
+        kw = {"start": op.start, "extras": op.extras, "namespace": op.namespace}
+        return int(method(op.key, pick(op.worker), **kw))
     if isinstance(op, Match):
-        m = tree.match(op.key, touch=op.touch)
+        m = tree.match(op.key, touch=op.touch, extras=op.extras, namespace=op.namespace)
         best = m.best()
         return (m.lengths.tolist(), int(m.tree_length), best)
     if isinstance(op, MatchMany):
         keys: Any = op.keys
         if op.as_array and keys and len({len(k) for k in keys}) == 1:
             keys = np.array(keys, dtype=np.int64).reshape(len(keys), len(keys[0]))
-        return _plain(tree.match_many(keys, touch=op.touch))
+        kw = {"touch": op.touch, "extras": op.extras, "namespace": op.namespace}
+        return _plain(tree.match_many(keys, **kw))
     if isinstance(op, ApplyStored):
         parent, hashes, tokens, kwargs = _stored_args(op, p)
         return int(tree.apply_stored(pick(op.worker), parent, hashes, tokens, **kwargs))
@@ -718,8 +883,10 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
     records: list[Any] = []
     for k, rec in enumerate(op.records):
         if isinstance(rec, ApplyStored):
-            parent, hashes, tokens, _ = _stored_args(rec, p)
-            records.append(("stored", pick(rec.worker), parent, hashes, tokens))
+            parent, hashes, tokens, kwargs = _stored_args(rec, p)
+            kwargs.pop("tier", None)  # records take no tier
+            record = ("stored", pick(rec.worker), parent, hashes, tokens)
+            records.append((*record, kwargs) if kwargs else record)
         elif isinstance(rec, ApplyRemoved):
             records.append(("removed", pick(rec.worker), _removed_hashes(rec, p)))
         elif isinstance(rec, ApplyCleared):
@@ -845,7 +1012,7 @@ def _operation_lists(
         start = draw(st.integers(0, whole)) * p if draw(st.booleans()) else 0
         if draw(st.integers(0, 9)) == 0:  # a bad start: ragged or beyond the key
             start = draw(st.sampled_from([start + 1, (whole + 1) * p, -p]))
-        return cls(k, draw(worker), start)
+        return cls(k, draw(worker), start, draw(namespace), draw(extras(k)))
 
     @st.composite
     def stored(draw: st.DrawFn) -> ApplyStored:
@@ -853,8 +1020,10 @@ def _operation_lists(
         whole = len(k) // p
         parent = draw(st.integers(0, whole))
         blocks = draw(st.integers(0, whole - parent))
-        variant = st.sampled_from(STORED_VARIANTS)
-        return ApplyStored(draw(worker), k, parent, blocks, draw(st.just("ok") | variant))
+        variant = draw(st.just("ok") | st.sampled_from(STORED_VARIANTS))
+        return ApplyStored(
+            draw(worker), k, parent, blocks, variant, draw(namespace), draw(extras(k))
+        )
 
     @st.composite
     def removed(draw: st.DrawFn) -> ApplyRemoved:
@@ -862,9 +1031,28 @@ def _operation_lists(
         first = draw(st.integers(0, max(0, len(k) // p - 1)))
         salt = draw(st.sampled_from([0, 0, 0, 1]))
         tier = draw(st.sampled_from([0] * 9 + [2]))
-        return ApplyRemoved(draw(worker), k, first, salt, tier)
+        return ApplyRemoved(draw(worker), k, first, salt, tier, draw(namespace), draw(extras(k)))
+
+    @st.composite
+    def extras(draw: st.DrawFn, k: list[int]) -> Any:
+        """Mostly no tags; else a tag (1 or 2) on some pages; now and then a bad value."""
+        pages = len(k) // p
+        kind = draw(st.sampled_from(["none"] * 5 + ["tags"] * 3 + ["bad"]))
+        if kind == "none":
+            return None
+        if kind == "tags":
+            return draw(st.lists(st.sampled_from([0, 0, 1, 2]), min_size=pages, max_size=pages))
+        return draw(st.sampled_from([[0] * (pages + 1), [-1] * pages, [0.5] * pages, 7]))
+
+    @st.composite
+    def many_keys(draw: st.DrawFn) -> MatchMany:
+        keys = draw(st.lists(key(), max_size=3))
+        tags = None if draw(st.booleans()) else [draw(extras(k)) for k in keys]
+        return MatchMany(keys, draw(st.booleans()), draw(st.booleans()), draw(namespace), tags)
 
     worker = st.integers(-1, max_workers * 2)
+    # Mostly the default namespace, then two others; [] (unhashable) is refused.
+    namespace: st.SearchStrategy[Any] = st.sampled_from([None, None, None, None, "lora", 3, []])
     name = st.sampled_from(["w0", "w1", "w2", "w3", "w4", "w5"][:max_workers])
     capacity = st.none() | st.sampled_from([0, p, 2 * p, 4 * p, 6 * p])
     add: st.SearchStrategy[MetaOperation] = st.builds(
@@ -873,10 +1061,10 @@ def _operation_lists(
     remove_worker: st.SearchStrategy[MetaOperation] = st.builds(RemoveWorker, worker)
     insert: st.SearchStrategy[MetaOperation] = keyed_start(Insert)
     remove: st.SearchStrategy[MetaOperation] = keyed_start(Remove)
-    match: st.SearchStrategy[MetaOperation] = st.builds(Match, key(), st.booleans())
-    many: st.SearchStrategy[MetaOperation] = st.builds(
-        MatchMany, st.lists(key(), max_size=3), st.booleans(), st.booleans()
+    match: st.SearchStrategy[MetaOperation] = key().flatmap(
+        lambda k: st.builds(Match, st.just(k), st.booleans(), namespace, extras(k))
     )
+    many: st.SearchStrategy[MetaOperation] = many_keys()
     store: st.SearchStrategy[MetaOperation] = stored()
     unstore: st.SearchStrategy[MetaOperation] = removed()
     cleared: st.SearchStrategy[MetaOperation] = st.builds(ApplyCleared, worker)
@@ -916,10 +1104,11 @@ def meta_operations(
     without ``touch``, stored/removed/cleared block events built from the
     keys' pages, batches of event records, and worker removals. Keys come
     from one pool of stems (:func:`meta_key_pools`) per example, cut at page
-    boundaries, sometimes with a ragged tail that the tree must ignore. About
-    one call in ten has a bad argument (a bad ``start``, a stale or foreign
-    worker, an unknown parent, a conflicting or repeated hash, a bad tier,
-    token count or hash value).
+    boundaries, sometimes with a ragged tail that the tree must ignore. Calls
+    that name pages take a namespace, mostly the default, and often extra
+    tags on some pages. About one call in ten has a bad argument (a bad
+    ``start``, a stale or foreign worker, an unknown parent, a conflicting or
+    repeated hash, a bad tier, token count, hash value, namespace or tags).
 
     Parameters
     ----------

@@ -277,9 +277,9 @@ def test_routers_on_the_same_publishers_converge_to_the_same_tree() -> None:
             """The worker's pages, each named by its full path: the tree's meaning, which
             (unlike its node boundaries) does not depend on the order records arrived in."""
             out = set()
-            for key, start in router.tree.dump(router.tree.worker(name)):
-                path = tuple(key.tolist())
-                out.update(path[:end] for end in range(start + PAGE, len(path) + 1, PAGE))
+            for record in router.tree.dump(router.tree.worker(name)):
+                path = tuple(record.key.tolist())
+                out.update(path[:end] for end in range(record.start + PAGE, len(path) + 1, PAGE))
             return out
 
         for r in ranks:

@@ -156,3 +156,26 @@ def test_a_radixmeta_engine_publishes_what_engines_consumers_read(
 def test_engine_batch_needs_block_records() -> None:
     with pytest.raises(InvalidInputError, match="token-path form"):
         engine_batch([Stored("w", 0, 3, key=np.zeros(4, np.uint32))], block_size=4)
+
+
+def test_lora_salt_and_images_reach_the_tree_as_page_identity() -> None:
+    """Two images with equal placeholder tokens stay two pages; each adapter its own tree."""
+    tree = MetaTree(2)
+    w = tree.add_worker("w")
+    replayer = Replayer(tree)
+    conv = BatchConverter(2)
+    img = [9, 9]
+    events = [
+        stored([0xA], img, extra_keys=[["image-a", 0]]),
+        stored([0xA1], [1, 2], parent=0xA),
+        stored([0xB], img, extra_keys=[["image-b", 0]]),
+        stored([0xC], [1, 2], lora_name="adapter"),
+    ]
+    batch = EventBatch(0.0, events, 0)
+    replayer.submit_batch("w", 0, 0, conv.records(batch, worker="w", dp_rank=0, seq=0))
+    assert replayer.replay().malformed == 0
+    tag_a, tag_b = extras_tag(["image-a", 0]), extras_tag(["image-b", 0])
+    assert tree.match(img + [1, 2], extras=[tag_a, 0]).length_of(w) == 4
+    assert tree.match(img + [1, 2], extras=[tag_b, 0]).length_of(w) == 2  # B's continuation: none
+    assert tree.match([1, 2]).length_of(w) == 0  # the adapter's page is in its namespace only
+    assert tree.match([1, 2], namespace="lora:adapter").length_of(w) == 2

@@ -48,7 +48,7 @@ def stale(worker: WorkerId) -> str:
 
 def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     """A tree (page size 2) with exact and approximate workers, token paths, block hashes
-    (one signed), a removed worker and its index reused."""
+    (one signed), pages in two other namespaces, a removed worker and its index reused."""
     tree = cls(2)
     a = tree.add_worker("a")
     b = tree.add_worker("b", 1)
@@ -60,6 +60,10 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     tree.apply_stored(a, None, [0xA1, 0xA2], [1, 2, 3, 4])
     tree.apply_stored(b, None, [0xB1], [5, 5])
     tree.apply_stored(c, None, [-5], [8, 8])
+    tree.insert([1, 2, 3, 4], b, namespace="lora")
+    tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
+    tree.apply_stored(b, None, [0x7E1], [1, 2], extras=[0xE])
+    tree.insert([1, 2, 9, 9], c, extras=[0, 2**63])
     tree.insert([3, 3, 3, 3], gone)
     tree.remove_worker(gone)
     reused = tree.add_worker("reused")
@@ -68,19 +72,25 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     return tree, {"a": a, "b": b, "c": c, "reused": reused}
 
 
+def plain(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
+
+
 def state(tree: Any) -> dict[str, Any]:
     """Everything observable without changing the tree."""
     out: dict[str, Any] = {
-        "items": [(k.tolist(), h) for k, h in tree.items()],
+        "items": plain(tree.items()),
+        "namespaces": tree.namespaces(),
         "node_count": tree.node_count,
         "n_workers": tree.n_workers,
         "workers": tree.workers,
     }
     for w in tree.workers:
         out[w.name] = (
-            [(k.tolist(), s) for k, s in tree.dump(w)],
+            plain(tree.dump(w)),
             tree.held_tokens(w),
-            [(h, k.tolist()) for h, k in tree._block_entries(w)],
+            plain(tree._block_entries(w)),
             tree.capacity_of(w),
         )
     return out
@@ -205,6 +215,119 @@ case("remove: worker before key", StaleWorkerError, stale(GONE))(
     lambda t, w: t.remove("bad", GONE, start=-1)
 )
 
+# -- namespaces -------------------------------------------------------------------------------
+UNHASHABLE = "namespace must be hashable, got {}"
+NAMESPACE_METHODS: dict[str, Callable[[Any, dict[str, WorkerId], Any], Any]] = {
+    "insert": lambda t, w, ns: t.insert([1, 2], w["a"], namespace=ns),
+    "remove": lambda t, w, ns: t.remove([1, 2], w["a"], namespace=ns),
+    "match": lambda t, w, ns: t.match([1, 2], touch=True, namespace=ns),
+    "match_many": lambda t, w, ns: t.match_many([[1, 2]], touch=True, namespace=ns),
+    "apply_stored": lambda t, w, ns: t.apply_stored(w["a"], None, [0xF1], [6, 6], namespace=ns),
+    "_bind_hash": lambda t, w, ns: t._bind_hash(w["a"], [1, 2], 0xF1, ns),
+}
+for label, ns in [("list", ["lora"]), ("dict", {}), ("set", {1})]:
+    for method, fn in NAMESPACE_METHODS.items():
+        case(f"{method}: namespace {label}", InputTypeError, UNHASHABLE.format(label))(
+            lambda t, w, fn=fn, ns=ns: fn(t, w, ns)
+        )
+for method, fn, exc, message in [
+    ("insert", lambda t, w: t.insert([1, 2], w["a"], start=1, namespace=[]), InvalidInputError,
+     "start must be a multiple of page_size (2), got 1"),
+    ("match", lambda t, w: t.match([1, 2], touch=1, namespace=[]), InputTypeError,
+     "touch must be a bool, got int"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6.5], namespace=[]),
+     InputTypeError, "key[0] must be an integer, got float"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], namespace=[]),
+     InputTypeError, UNHASHABLE.format("list")),
+]:  # fmt: skip
+    case(f"{method}: checking order with a namespace ({message})", exc, message)(fn)
+for label, args, namespace, exc, message in [
+    ("parent in another namespace", (0xA1, [0xF1], [6, 6]), "lora", UnknownParentError,
+     "parent_hash 0x00000000000000a1 names no block that worker ('a', dp_rank=0) holds "
+     "in namespace 'lora'"),
+    ("parent of the default namespace", (0xC1, [0xF1], [6, 6]), None, UnknownParentError,
+     "parent_hash 0x00000000000000c1 names no block that worker ('a', dp_rank=0) holds"),
+    ("hash of another namespace", (None, [0xC1], [1, 2]), None, BlockConflictError,
+     "block_hashes[0] = 0x00000000000000c1 already names a different block "
+     "of worker ('a', dp_rank=0)"),
+    ("hash of the default namespace", (None, [0xA1], [1, 2]), "lora", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000a1 already names a different block "
+     "of worker ('a', dp_rank=0)"),
+]:  # fmt: skip
+    case(f"apply_stored: {label}", exc, message)(
+        lambda t, w, args=args, ns=namespace: t.apply_stored(w["a"], *args, namespace=ns)
+    )
+
+# -- extra tags -------------------------------------------------------------------------------
+TAG_RANGE = "is outside the tag range [0, 2**64)"
+PER_PAGE = "extras must hold one tag per whole page of the key (1), got {}"
+BAD_TAGS: list[tuple[str, Any, type[RadixMetaError], str]] = [
+    ("too many", [0, 0], InvalidInputError, PER_PAGE.format(2)),
+    ("too few", [], InvalidInputError, PER_PAGE.format(0)),
+    ("str", "ab", InputTypeError, "extras must be a sequence of integers, got str"),
+    ("int", 5, InputTypeError, "extras must be a sequence of integers, got int"),
+    ("float", [1.5], InputTypeError, "extras[0] must be an integer, got float"),
+    ("bool", [True], InputTypeError, "extras[0] must be an integer, got bool"),
+    ("negative", [-1], InvalidInputError, f"extras[0] = -1 {TAG_RANGE}"),
+    ("2**64", [2**64], InvalidInputError, f"extras[0] = 18446744073709551616 {TAG_RANGE}"),
+    ("negative array", np.array([-3]), InvalidInputError, f"extras[0] = -3 {TAG_RANGE}"),
+    ("float array", np.array([1.0]), InputTypeError,
+     "extras must hold integers, got dtype float64"),
+    ("2-D array", np.zeros((1, 1), dtype=np.uint64), InvalidInputError,
+     "extras must be 1-D, got an array with 2 dimensions"),
+    ("long array", np.zeros(3, dtype=np.uint64), InvalidInputError, PER_PAGE.format(3)),
+]  # fmt: skip
+for label, tags, exc, message in BAD_TAGS:
+    for method, fn in {
+        "insert": lambda t, w, x: t.insert([1, 2, 3], w["a"], extras=x, namespace=[]),
+        "remove": lambda t, w, x: t.remove([1, 2], w["a"], extras=x),
+        "match": lambda t, w, x: t.match([1, 2], touch=True, extras=x),
+        "match_many": lambda t, w, x: t.match_many([[1, 2]], extras=[x]),
+        "_bind_hash": lambda t, w, x: t._bind_hash(w["a"], [1, 2], 0xF1, None, x),
+        "apply_stored": lambda t, w, x: t.apply_stored(w["a"], None, [0xF1], [6, 6], extras=x),
+    }.items():
+        if method == "match_many":
+            message_of = message.replace("extras", "extras[0]", 1)
+        elif method == "apply_stored":
+            message_of = message.replace("whole page of the key", "block")
+        else:
+            message_of = message
+        case(f"{method}: extras {label}", exc, message_of)(
+            lambda t, w, fn=fn, tags=tags: fn(t, w, tags)
+        )
+for label, extras, exc, message in [
+    ("int", 5, InputTypeError, "extras must be a sequence of per-key extras, got int"),
+    ("str", "ab", InputTypeError, "extras must be a sequence of per-key extras, got str"),
+    ("one too many", [None, None], InvalidInputError,
+     "extras must hold one entry per key (1), got 2"),
+    ("2-D rows", np.zeros((2, 1), dtype=np.uint64), InvalidInputError,
+     "extras must hold one entry per key (1), got 2"),
+]:  # fmt: skip
+    case(f"match_many: extras {label}", exc, message)(
+        lambda t, w, x=extras: t.match_many([[1, 2]], touch=True, extras=x)
+    )
+for method, fn, exc, message in [
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6.5], extras=[-1]),
+     InputTypeError, "key[0] must be an integer, got float"),
+    ("apply_stored", lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], extras=[0, 0]),
+     InvalidInputError, "extras must hold one tag per block (1), got 2"),
+    ("apply_stored",
+     lambda t, w: t.apply_stored(w["a"], None, [0xF1], [6], extras=[0], namespace=[]),
+     InputTypeError, UNHASHABLE.format("list")),
+    ("insert", lambda t, w: t.insert([1, 2], w["a"], start=1, extras=[-1]), InvalidInputError,
+     "start must be a multiple of page_size (2), got 1"),
+    ("match", lambda t, w: t.match([1.5], extras=[-1]), InputTypeError,
+     "key[0] must be an integer, got float"),
+    ("match_many", lambda t, w: t.match_many([[1, 2]], touch=1, extras=5), InputTypeError,
+     "touch must be a bool, got int"),
+]:  # fmt: skip
+    case(f"{method}: checking order with extras ({message})", exc, message)(fn)
+case("apply_stored: a tagged block's hash names the untagged page", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000a1 already names a different block of "
+     "worker ('a', dp_rank=0)")(
+    lambda t, w: t.apply_stored(w["a"], None, [0xA1], [1, 2], extras=[1])
+)  # fmt: skip
+
 # -- match ------------------------------------------------------------------------------------
 for label, touch in [("int", 1), ("None", None), ("str", "yes")]:
     message = f"touch must be a bool, got {type(touch).__name__}"
@@ -295,8 +418,12 @@ for label, args, kwargs, exc, message in [
      "block_hashes[1] = 0x00000000000000f1 appears earlier in the same event"),
     ("hash names another page", (None, [0xA2], [1, 2]), {}, BlockConflictError,
      f"block_hashes[0] = 0x00000000000000a2 already names a different block of {A}"),
-    ("hash names a page elsewhere", (0xA1, [0xF1, 0xA1], [3, 4, 5, 5]), {}, BlockConflictError,
+    ("hash names a page elsewhere", (0xA1, [0xF1, 0xA1], [5, 5, 5, 5]), {}, BlockConflictError,
      "block_hashes[1] = 0x00000000000000a1 is the event's parent hash (a cycle)"),
+    ("a second hash before a later cycle", (0xA1, [0xF1, 0xA1], [3, 4, 5, 5]), {},
+     BlockConflictError,
+     f"block_hashes[0] = 0x00000000000000f1 names a block that {A} already names "
+     "0x00000000000000a2"),
     ("deeper page, same hash", (0xA2, [0xA1], [5, 6]), {}, BlockConflictError,
      f"block_hashes[0] = 0x00000000000000a1 already names a different block of {A}"),
     # checking order: tier, parent, hashes, tokens, count, parent known, then each block
@@ -323,10 +450,21 @@ case("apply_stored: signed cycle", BlockConflictError,
      "block_hashes[0] = 0xfffffffffffffffb is the event's parent hash (a cycle)")(
     lambda t, w: t.apply_stored(w["c"], -5, [2**64 - 5], [1, 1])
 )  # fmt: skip
-case("apply_stored: a rename's old hash", BlockConflictError,
-     f"block_hashes[1] = 0x00000000000000a1 already names a different block of {A}")(
-    # renaming page [1, 2] to 0xF1 in the same event does not free 0xA1 for another page
+case("apply_stored: a second hash for a page", BlockConflictError,
+     f"block_hashes[0] = 0x00000000000000f1 names a block that {A} already names "
+     "0x00000000000000a1")(
+    # never a silent rename: page [1, 2] keeps 0xA1, and 0xA1 stays bound to it
     lambda t, w: t.apply_stored(w["a"], None, [0xF1, 0xA1], [1, 2, 3, 4])
+)  # fmt: skip
+case("apply_stored: a second hash, deeper in the event", BlockConflictError,
+     f"block_hashes[1] = 0x00000000000000f2 names a block that {A} already names "
+     "0x00000000000000a2")(
+    lambda t, w: t.apply_stored(w["a"], None, [0xA1, 0xF2], [1, 2, 3, 4])
+)  # fmt: skip
+case("apply_stored: other page before a second hash", BlockConflictError,
+     "block_hashes[0] = 0x00000000000000b1 already names a different block of "
+     "worker ('b', dp_rank=1)")(
+    lambda t, w: t.apply_stored(w["b"], None, [0xB1], [1, 2])
 )  # fmt: skip
 
 # -- apply_removed ----------------------------------------------------------------------------
@@ -422,8 +560,18 @@ def test_event_batch_statuses(meta_impl: type) -> None:
         ("stored", a, 0xD1, [0xD4], np.array([7, 7])),  # applied: chains onto the first
         ("stored", a, -1, [0xD5], [8, 8]),  # unknown (signed) parent
         ("cleared", w["reused"]),  # applied
+        ("stored", a, None, [0xD6], [6, 6], {"namespace": "lora"}),  # applied
+        ("stored", a, 0xD6, [0xD7], [6, 6], {"namespace": None}),  # the parent is in "lora"
+        ("stored", a, None, [0xD8], [6, 6], {"namespace": []}),  # unhashable
+        ("stored", a, None, [0xD8], [6, 6], {"salt": 1}),  # not an option
+        ("stored", a, None, [0xD8], [6, 6], ["namespace", "x"]),  # options are a dict
+        ("removed", a, [0xD6], {"namespace": "lora"}),  # removals take no namespace
+        ("cleared", w["c"], {}),  # applied: no options
+        ("stored", a, None, [0xD9], [6, 6], {"extras": [3]}),  # applied: another page
+        ("stored", a, None, [0xDA], [6, 6], {"extras": [-1]}),  # a bad tag
+        ("stored", a, None, [0xDA], [6, 6], {"extras": [1, 2]}),  # one tag per block
     ]
-    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0]
+    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0, 0, 3, 3]
     status = tree.apply_events(iter(records))  # any iterable
     assert status.dtype == np.int8
     assert status.tolist() == expected
@@ -437,6 +585,9 @@ def test_event_batch_statuses(meta_impl: type) -> None:
     twin.apply_removed(v["b"], [0xB1, 0x99])
     twin.apply_stored(v["a"], 0xD1, [0xD4], [7, 7])
     twin.apply_cleared(v["reused"])
+    twin.apply_stored(v["a"], None, [0xD6], [6, 6], namespace="lora")
+    twin.apply_cleared(v["c"])
+    twin.apply_stored(v["a"], None, [0xD9], [6, 6], extras=[3])
     assert state(tree) == state(twin)
     assert tree.apply_events([]).tolist() == []
 

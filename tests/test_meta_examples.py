@@ -7,8 +7,11 @@ generation bump, 1,024 workers, and ``dump`` / block-map replay (what pickling r
 
 from __future__ import annotations
 
+import gc
 import inspect
 import pickle
+import re
+import weakref
 from typing import Any
 
 import numpy as np
@@ -16,24 +19,38 @@ import pytest
 from conftest import META_CORES, NATIVE_META, REFERENCE_META
 
 from radixmeta import BlockStatus, MetaTree, WorkerId
-from radixmeta.errors import StaleWorkerError, UnknownParentError
+from radixmeta.errors import (
+    BlockConflictError,
+    InvalidInputError,
+    StaleWorkerError,
+    UnknownParentError,
+)
+
+
+def plain(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
 
 
 def items(tree: Any) -> list[tuple[list[int], list[str]]]:
-    return [(k.tolist(), [w.name for w in h]) for k, h in tree.items()]
+    """(key, holder names) of the default namespace's nodes."""
+    return [(k.tolist(), [w.name for w in h]) for k, h, ns, *_ in tree.items() if ns is None]
 
 
 def dump(tree: Any, worker: WorkerId) -> list[tuple[list[int], int]]:
-    return [(k.tolist(), s) for k, s in tree.dump(worker)]
+    return [(k.tolist(), s) for k, s, *_ in tree.dump(worker)]
 
 
 def entries(tree: Any, worker: WorkerId) -> list[tuple[int, list[int]]]:
-    return [(h, k.tolist()) for h, k in tree._block_entries(worker)]
+    return [(h, k.tolist()) for h, k, *_ in tree._block_entries(worker)]
 
 
 def state(tree: Any) -> Any:
-    per_worker = {w: (dump(tree, w), tree.held_tokens(w), entries(tree, w)) for w in tree.workers}
-    return items(tree), per_worker, tree.n_workers
+    per_worker = {
+        w: (plain(tree.dump(w)), tree.held_tokens(w), plain(tree._block_entries(w)))
+        for w in tree.workers
+    }
+    return plain(tree.items()), tree.namespaces(), per_worker, tree.n_workers
 
 
 def test_gap_rule(meta_impl: type) -> None:
@@ -110,12 +127,40 @@ def test_repeated_stored_event_changes_nothing(meta_impl: type) -> None:
     assert tree.apply_stored(w, big - 2**64, [], []) == 0  # no blocks: a no-op
     assert tree.apply_events([("stored", w, 0xA2, [0xB1], turn)]).tolist() == [0]
     assert state(tree) == before
-    # The same page under another hash: the page is renamed, the old hash forgotten.
-    assert tree.apply_stored(w, 0xA2, [0xB2], turn) == 0
-    assert [h for h, _ in tree._block_entries(w)] == [0xA2, 0xB2, big]
-    with pytest.raises(UnknownParentError):
-        tree.apply_stored(w, 0xB1, [0xC1], turn)
+    # The same page under another hash: refused, never a silent rename.
+    with pytest.raises(BlockConflictError, match="0x00000000000000b2 names a block that"):
+        tree.apply_stored(w, 0xA2, [0xB2], turn)
+    assert state(tree) == before
+    assert tree.apply_stored(w, 0xB1, [0xC1], turn) == 1  # the old name still works
     tree.check()
+
+
+def test_issue_8_a_second_hash_for_one_page_is_a_conflict(meta_impl: type) -> None:
+    """Two images with equal placeholder tokens and no tags: the second hash is refused
+    (it used to rename A's page, so B's removal dropped it and A's continuation failed)."""
+    t = meta_impl(page_size=4)
+    w = t.add_worker("w")
+    img = [9, 9, 9, 9]
+    t.apply_stored(w, None, [0xA], img)
+    t.apply_stored(w, 0xA, [0xA1], [1, 2, 3, 4])
+    before = state(t)
+    message = (
+        "block_hashes[0] = 0x000000000000000b names a block that worker ('w', dp_rank=0) "
+        "already names 0x000000000000000a"
+    )
+    with pytest.raises(BlockConflictError, match=f"^{re.escape(message)}$"):
+        t.apply_stored(w, None, [0xB], img)
+    assert state(t) == before
+    assert t.apply_events([("stored", w, None, [0xB], img)]).tolist() == [BlockStatus.CONFLICT]
+    assert t.apply_removed(w, [0xB]) == 0  # B was never stored: A's page stays
+    assert t.match([*img, 1, 2, 3, 4]).length_of(w) == 8
+    assert t.apply_stored(w, 0xA, [0xA2], [5] * 4) == 1  # A's continuation stores fine
+    # Another worker may name the same page by another hash (vLLM <= 0.28 seeds per process).
+    v = t.add_worker("v")
+    assert t.apply_stored(v, None, [0xB], img) == 1
+    assert t.apply_stored(v, 0xB, [0xB1], [1, 2, 3, 4]) == 1
+    assert t.match([*img, 1, 2, 3, 4]).lengths.tolist() == [8, 8]
+    t.check()
 
 
 def test_stored_pages_are_one_page_nodes(meta_impl: type) -> None:
@@ -252,16 +297,135 @@ def test_dump_replay_restores_pages_recency_and_hashes(meta_impl: type) -> None:
     copy = meta_impl(2)
     for worker in tree.workers:
         twin = copy.add_worker(worker.name, worker.dp_rank, capacity=tree.capacity_of(worker))
-        for key, start in tree.dump(worker):
-            copy.insert(key, twin, start=start)
-        for block_hash, key in tree._block_entries(worker):
-            copy._bind_hash(twin, key, block_hash)
+        for key, start, namespace, extras in tree.dump(worker):
+            copy.insert(key, twin, start=start, extras=extras, namespace=namespace)
+        for block_hash, key, namespace, extras in tree._block_entries(worker):
+            copy._bind_hash(twin, key, block_hash, namespace, extras)
     assert state(copy) == state(tree)
     # Same recency: the next insert evicts the same pages on both.
     for t in (tree, copy):
         t.insert([5, 5, 5, 5], t.worker("w"))
     assert state(copy) == state(tree)
     copy.check()
+
+
+# -- extra tags ------------------------------------------------------------------------------
+def test_issue_8_images_with_equal_placeholders_are_different_pages(meta_impl: type) -> None:
+    """With distinct extra tags, image B's page no longer steals A's continuation, removing B
+    leaves A, and A's continuation stores fine."""
+    t = meta_impl(page_size=4)
+    w = t.add_worker("w")
+    img = [9, 9, 9, 9]
+    tag_a, tag_b = 0xA0A0, 2**64 - 1  # as the engine derives them from each image's hash
+    t.apply_stored(w, None, [0xA], img, extras=[tag_a])
+    t.apply_stored(w, 0xA, [0xA1], [1, 2, 3, 4])
+    assert t.apply_stored(w, None, [0xB], img, extras=np.array([tag_b], dtype=np.uint64)) == 1
+    query = [*img, 1, 2, 3, 4]
+    assert t.match(query, extras=[tag_b, 0]).length_of(w) == 4  # B's page, not A's continuation
+    assert t.match(query, extras=[tag_a, 0]).length_of(w) == 8
+    assert t.match(query).length_of(w) == 0  # untagged placeholders are a third page
+    assert t.apply_removed(w, [0xB]) == 1
+    assert t.match(query, extras=[tag_a, 0]).length_of(w) == 8  # A is left
+    assert t.apply_stored(w, 0xA, [0xA2], [5] * 4) == 1  # A's continuation stores fine
+    assert [(h, e) for h, _, _, e in plain(t._block_entries(w))] == [
+        (0xA, [tag_a]), (0xA1, [tag_a, 0]), (0xA2, [tag_a, 0])
+    ]  # fmt: skip
+    t.check()
+
+
+def test_tagged_pages_are_one_page_nodes(meta_impl: type) -> None:
+    tree = meta_impl(2)
+    a, b = tree.add_worker("a"), tree.add_worker("b")
+    key = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert tree.insert(key, a, extras=[0, 7, 0, 0]) == 4
+    first = tree.items()[0]
+    assert (first.key.tolist(), first.extras) == ([1, 2], None)
+    assert [r.extras.tolist() for r in tree.items()[1:]] == [[0, 7], [0, 7, 0, 0]]
+    assert tree.insert(key, b) == 4  # untagged: a branch of its own after [1, 2]
+    assert tree.node_count == 4
+    m = tree.match(key, extras=[0, 7, 0, 0])
+    assert m.lengths.tolist() == [8, 2] and m.tree_length == 8
+    assert tree.match(key, extras=[0, 7, 0, 9]).lengths.tolist() == [6, 2]
+    assert tree.match_many([key, key], extras=[None, [0, 7, 0, 0]]).tolist() == [[2, 8], [8, 2]]
+    assert tree.remove(key, a, extras=[0, 7, 0, 0], start=4) == 2
+    assert tree.insert(key, a, extras=[0, 7, 0, 0], start=4) == 2
+    # Tags of 0 everywhere are no tags: the same pages as no extras at all.
+    assert tree.insert(key, b, extras=[0, 0, 0, 0]) == 0
+    assert tree.dump(b)[0].extras is None
+    tree.check()
+
+
+# -- namespaces ------------------------------------------------------------------------------
+def test_namespaces_never_share_nodes(meta_impl: type) -> None:
+    tree = meta_impl(2)
+    a, b = tree.add_worker("a"), tree.add_worker("b")
+    key = [1, 2, 3, 4]
+    assert tree.insert(key, a) == 2
+    assert tree.insert(key, b, namespace="lora-1") == 2  # the same tokens, another adapter
+    assert tree.node_count == 2
+    assert tree.match(key).lengths.tolist() == [4, 0]
+    assert tree.match(key, namespace="lora-1").lengths.tolist() == [0, 4]
+    assert tree.match(key, namespace="nobody").tree_length == 0  # creates nothing
+    assert tree.match_many([key, key[:2]], namespace="lora-1").tolist() == [[0, 4], [0, 2]]
+    assert tree.namespaces() == [None, "lora-1"]
+    assert [(r.namespace, r.holders) for r in tree.items()] == [(None, (a,)), ("lora-1", (b,))]
+    # A parent is looked up in the event's namespace; a removal finds a hash in any.
+    tree.apply_stored(a, None, [0xA1], [5, 5], namespace=("salt", 7))
+    with pytest.raises(UnknownParentError, match=r"holds in namespace 'lora-1'$"):
+        tree.apply_stored(a, 0xA1, [0xA2], [6, 6], namespace="lora-1")
+    assert tree.apply_stored(a, 0xA1, [0xA2], [6, 6], namespace=("salt", 7)) == 1
+    assert tree.namespaces() == [None, "lora-1", ("salt", 7)]
+    assert tree.apply_removed(a, [0xA1, 0xA2]) == 2
+    assert tree.namespaces() == [None, "lora-1"]  # emptied: its root is gone
+    assert tree.remove(key, b, namespace="lora-1") == 2
+    assert tree.insert(key, b, start=4, namespace="new") == 0  # nothing to mark: no namespace
+    assert (tree.namespaces(), tree.node_count) == ([None], 1)
+    tree.check()
+
+
+def test_emptied_namespaces_are_forgotten(meta_impl: type) -> None:
+    """Every route that empties a namespace drops the tree's reference to its object."""
+
+    class Salt:  # hashable by identity, and weakly referable
+        pass
+
+    tree = meta_impl(2)
+    w, x = tree.add_worker("w"), tree.add_worker("x", capacity=2)
+
+    def refused(salt: Salt) -> None:
+        with pytest.raises(InvalidInputError):
+            tree.insert([1, 2], w, namespace=salt, start=-1)
+
+    routes = [
+        lambda s: tree.match([1, 2], namespace=s, touch=True),
+        lambda s: tree.insert([1, 2], w, start=2, namespace=s),
+        lambda s: (tree.insert([1, 2], w, namespace=s), tree.remove([1, 2], w, namespace=s)),
+        lambda s: (
+            tree.apply_stored(w, None, [5], [1, 2], namespace=s),
+            tree.apply_removed(w, [5]),
+        ),
+        lambda s: (tree.apply_stored(w, None, [6], [1, 2], namespace=s), tree.apply_cleared(w)),
+        lambda s: (tree.insert([1, 2], x, namespace=s), tree.insert([3, 3], x)),  # evicted
+        lambda s: tree.apply_events([("stored", w, None, [7], [1], {"namespace": s})]),  # invalid
+        refused,
+    ]
+    for route in routes:
+        salt = Salt()
+        ref = weakref.ref(salt)
+        route(salt)
+        del salt
+        gc.collect()
+        assert ref() is None
+    v = tree.add_worker("v")
+    salt = Salt()
+    tree.insert([1, 2], v, namespace=salt)
+    assert tree.namespaces() == [None, salt]
+    ref = weakref.ref(salt)
+    tree.remove_worker(v)
+    del salt
+    gc.collect()
+    assert ref() is None and tree.namespaces() == [None]
+    tree.check()
 
 
 class _RefTree(REFERENCE_META):  # a MetaTree on the reference core, whatever the backend
@@ -288,6 +452,10 @@ def test_pickle_round_trip(cls: type) -> None:
     tree.insert([1, 2, 3, 4], a, start=2)
     tree.apply_stored(w, None, [0xB1, -7], [1, 2, 5, 5])
     tree.insert([9, 9], w)
+    tree.insert([1, 2, 3, 4], a, namespace="lora")
+    tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
+    tree.apply_stored(a, 0xC1, [0xC2, 0xC3], [7, 7, 7, 7], extras=[5, 0], namespace=("salt", 1))
+    tree.insert([1, 2, 3, 4], w, extras=[0, 2**64 - 1])
     copy = pickle.loads(pickle.dumps(tree))
     assert type(copy) is cls
     assert state(copy) == state(tree)
@@ -353,7 +521,7 @@ def test_reentry_from_a_key_element_cannot_corrupt_the_tree(meta_impl: type) -> 
             return 7
 
     tree.apply_stored(w, None, [10, 11, 12], [1, 2, RunsAnotherEvent()])
-    assert [(h, k.tolist()) for h, k in tree._block_entries(w)] == [
+    assert entries(tree, w) == [
         (10, [1]),
         (11, [1, 2]),
         (12, [1, 2, 7]),

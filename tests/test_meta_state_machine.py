@@ -10,6 +10,11 @@ boundaries, so paths overlap a lot; workers come and go (index reuse), some with
 capacity so that approximate eviction happens all the time, and bad inputs (stale or
 foreign workers, unknown parents, conflicting hashes, bad starts and tiers) are mixed in.
 
+Every page-naming call also takes a namespace (mostly the default, sometimes one of a few
+others of different types, now and then an unhashable one), so namespaces are created,
+emptied (their roots freed) and created again, and a hash stored in one namespace is used
+as a parent in another.
+
 Two machines: a handful of workers, and one that starts with 66 to 70 workers and sends
 most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
 """
@@ -17,7 +22,7 @@ most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
 from __future__ import annotations
 
 import doctest
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -68,6 +73,16 @@ WHO = st.tuples(
 # start, in pages, or a bad one.
 STARTS = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3, "end", "end", "ragged", "beyond"])
 TOUCH = st.sampled_from([False, False, True, True, True, 1])
+# Namespaces: mostly the default; "lora" and 7 and b"salt" are three others; [] is unhashable.
+NAMESPACE = st.sampled_from([None] * 6 + ["lora", "lora", 7, b"salt", []])
+# Extra tags: mostly none; else a pattern of tags (mostly 0) repeated over the key's pages,
+# as a list or a uint64 array; now and then a bad value.
+TAGS = st.one_of(
+    st.none(),
+    st.none(),
+    st.tuples(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=1, max_size=4), st.booleans()),
+    st.sampled_from(["negative", "long", "float"]),
+)
 
 
 def plain(value: Any) -> Any:
@@ -82,26 +97,54 @@ def plain(value: Any) -> Any:
     return value
 
 
-def node_pages(tree: Any) -> list[tuple[Tokens, tuple[WorkerId, ...]]]:
-    """A tree's ``items()`` expanded to one (page path, holders) per page, in path order."""
-    p = tree.page_size
-    items = [(tuple(int(t) for t in key), holders) for key, holders in tree.items()]
-    ends = {key for key, _ in items}
-    out = []
-    for key, holders in items:
-        start = max((len(e) for e in ends if len(e) < len(key) and key[: len(e)] == e), default=0)
-        out.extend((key[:end], holders) for end in range(start + p, len(key) + 1, p))
-    return sorted(out)
+Page = tuple[Tokens, tuple[WorkerId, ...], Hashable, Tokens]
 
 
-def dump_pages(tree: Any, worker: WorkerId) -> list[Tokens]:
-    """A tree's ``dump(worker)`` expanded to pages, deepest first within each record."""
+def tags_of(extras: Any, key: Tokens, p: int) -> Tokens:
+    """A record's extras as a tuple of one tag per page of ``key``."""
+    return (0,) * (len(key) // p) if extras is None else tuple(int(t) for t in extras)
+
+
+def node_pages(tree: Any) -> list[Page]:
+    """A tree's ``items()`` expanded to one (page path, holders, namespace, page tags) per
+    page, in path order (namespace by namespace, as ``namespaces()`` lists them)."""
     p = tree.page_size
-    out: list[Tokens] = []
-    for key, start in tree.dump(worker):
+    order = tree.namespaces()
+    items = []
+    for key, holders, ns, extras in tree.items():
         toks = tuple(int(t) for t in key)
+        items.append((toks, holders, ns, tags_of(extras, toks, p)))
+    ends = {(ns, key, tags) for key, _, ns, tags in items}
+    out = []
+    for key, holders, ns, tags in items:
+        start = max(
+            (
+                len(e)
+                for n, e, t in ends
+                if n == ns and len(e) < len(key) and key[: len(e)] == e and tags[: len(t)] == t
+            ),
+            default=0,
+        )
+        for end in range(start + p, len(key) + 1, p):
+            out.append((key[:end], holders, ns, tags[: end // p]))
+    return sorted(out, key=lambda page: (order.index(page[2]), page[0], page[3]))
+
+
+def plain_records(records: Any) -> list[tuple[Any, ...]]:
+    """Records (items, dumps, block entries) with their arrays as lists."""
+    return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
+
+
+def dump_pages(tree: Any, worker: WorkerId) -> list[tuple[Hashable, Tokens, Tokens]]:
+    """A tree's ``dump(worker)`` expanded to (namespace, page path, page tags), deepest first
+    within each record."""
+    p = tree.page_size
+    out: list[tuple[Hashable, Tokens, Tokens]] = []
+    for key, start, ns, extras in tree.dump(worker):
+        toks = tuple(int(t) for t in key)
+        tags = tags_of(extras, toks, p)
         assert start % p == 0 and start < len(toks)
-        out.extend(toks[:end] for end in range(len(toks), start, -p))
+        out.extend((ns, toks[:end], tags[: end // p]) for end in range(len(toks), start, -p))
     return out
 
 
@@ -154,6 +197,21 @@ class MetaMachine(RuleBasedStateMachine):
         if spec == "beyond":
             return whole + self.p
         return min(int(spec) * self.p, whole)
+
+    def tags(self, spec: Any, toks: list[int]) -> Any:
+        """The extras argument ``spec`` (see TAGS) makes for key ``toks``."""
+        pages = len(toks) // self.p
+        if spec is None:
+            return None
+        if spec == "negative":
+            return [-1] * pages
+        if spec == "long":
+            return [0] * (pages + 1)
+        if spec == "float":
+            return [0.5] * pages
+        pattern, as_array = spec
+        tags = [pattern[i % len(pattern)] for i in range(pages)]
+        return np.array(tags, dtype=np.uint64) if as_array else tags
 
     def live(self) -> tuple[WorkerId, ...]:
         return self.model.workers
@@ -215,36 +273,52 @@ class MetaMachine(RuleBasedStateMachine):
         self.call(lambda t: t.worker(w.name, w.dp_rank))
 
     # -- rules: token paths -------------------------------------------------------------------
-    @rule(calls=st.lists(st.tuples(WHO, KEYS, STARTS, st.booleans()), min_size=1, max_size=3))
-    def insert(self, calls: list[tuple[Any, Any, Any, bool]]) -> None:
+    @rule(
+        calls=st.lists(
+            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE, TAGS), min_size=1, max_size=3
+        )
+    )
+    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any, Any]]) -> None:
         # Up to three inserts per step, so that trees grow between removals and evictions.
-        for who, key, start, as_array in calls:
+        for who, key, start, as_array, ns, tags in calls:
             w, toks = self.who(who), self.key(key)
-            s = self.start(start, toks)
+            kw = {"start": self.start(start, toks), "extras": self.tags(tags, toks)}
+            kw["namespace"] = ns
             arg = np.array(toks, dtype=np.int64) if as_array else toks
-            self.call(lambda t, w=w, arg=arg, s=s: t.insert(arg, w, start=s))
+            self.call(lambda t, w=w, arg=arg, kw=kw: t.insert(arg, w, **kw))
 
-    @rule(who=WHO, key=KEYS, start=STARTS)
-    def remove(self, who: tuple[str, int], key: Any, start: Any) -> None:
+    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE, tags=TAGS)
+    def remove(self, who: tuple[str, int], key: Any, start: Any, ns: Any, tags: Any) -> None:
         w, toks = self.who(who), self.key(key)
-        s = self.start(start, toks)
-        self.call(lambda t: t.remove(toks, w, start=s))
+        kw = {"start": self.start(start, toks), "namespace": ns, "extras": self.tags(tags, toks)}
+        self.call(lambda t: t.remove(toks, w, **kw))
 
-    @rule(key=KEYS, touch=TOUCH, who=WHO)
-    def match(self, key: Any, touch: Any, who: tuple[str, int]) -> None:
+    @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE, tags=TAGS)
+    def match(self, key: Any, touch: Any, who: tuple[str, int], ns: Any, tags: Any) -> None:
         toks = self.key(key)
-        outcome = self.call(lambda t: t.match(toks, touch=touch))
+        kw = {"namespace": ns, "extras": self.tags(tags, toks)}
+        outcome = self.call(lambda t: t.match(toks, touch=touch, **kw))
         if outcome[0] == "ok":
             # length_of on a fresh match: a live worker, or the same error everywhere.
             w = self.who(who)
-            self.call(lambda t: t.match(toks).length_of(w))
+            self.call(lambda t: t.match(toks, **kw).length_of(w))
 
-    @rule(keys=st.lists(KEYS, max_size=4), touch=TOUCH, as_array=st.booleans())
-    def match_many(self, keys: list[Any], touch: Any, as_array: bool) -> None:
-        rows: Any = [self.key(k) for k in keys]
+    @rule(
+        keys=st.lists(st.tuples(KEYS, TAGS), max_size=4),
+        touch=TOUCH,
+        as_array=st.booleans(),
+        ns=NAMESPACE,
+        tagged=st.booleans(),
+    )
+    def match_many(
+        self, keys: list[Any], touch: Any, as_array: bool, ns: Any, tagged: bool
+    ) -> None:
+        rows: Any = [self.key(k) for k, _ in keys]
+        extras = [self.tags(t, row) for (_, t), row in zip(keys, rows, strict=True)]
         if as_array and rows and len({len(r) for r in rows}) == 1:
             rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
-        self.call(lambda t: t.match_many(rows, touch=touch))
+        kw = {"touch": touch, "namespace": ns, "extras": extras if tagged else None}
+        self.call(lambda t: t.match_many(rows, **kw))
 
     # -- rules: block events -------------------------------------------------------------------
     @rule(
@@ -253,14 +327,25 @@ class MetaMachine(RuleBasedStateMachine):
         parent=st.integers(0, 4),
         blocks=st.integers(0, 4),
         variant=st.just("ok") | st.sampled_from(STORED_VARIANTS),
+        ns=NAMESPACE,
+        tags=TAGS,
     )
     def apply_stored(
-        self, who: tuple[str, int], key: Any, parent: int, blocks: int, variant: str
+        self,
+        who: tuple[str, int],
+        key: Any,
+        parent: int,
+        blocks: int,
+        variant: str,
+        ns: Any,
+        tags: Any,
     ) -> None:
         w, toks = self.who(who), self.key(key)
         whole = len(toks) // self.p
         parent = min(parent, whole)
-        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant)
+        extras = self.tags(tags, toks)
+        extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
+        op = ApplyStored(0, toks, parent, min(blocks, whole - parent), variant, ns, extras)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
     @rule(
@@ -269,17 +354,33 @@ class MetaMachine(RuleBasedStateMachine):
         stem=st.integers(0, 7),
         blocks=st.integers(1, 3),
         signed=st.booleans(),
-        bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count"]),
+        bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count", "namespace"]),
+        ns=NAMESPACE,
+        tagged=st.sampled_from([False, False, True]),
     )
     def stored_chain(
-        self, who: tuple[str, int], pick: int, stem: int, blocks: int, signed: bool, bad: Any
+        self,
+        who: tuple[str, int],
+        pick: int,
+        stem: int,
+        blocks: int,
+        signed: bool,
+        bad: Any,
+        ns: Any,
+        tagged: bool,
     ) -> None:
-        """An event chained onto a block the worker holds (or the root); ``bad`` spoils it."""
+        """An event chained onto a block the worker holds (in the parent's namespace, after
+        its tags), or onto the root of ``ns``; ``tagged`` tags its first block; ``bad``
+        spoils it ("namespace": the parent is in another one)."""
         w = self.who(who)
         entries = self.model._block_entries(w) if w in self.live() else []
+        base_tags: Tokens = ()
         if entries and pick % 4:
-            parent, base_arr = entries[pick % len(entries)]
+            parent, base_arr, ns, base_extras = entries[pick % len(entries)]
             base: list[int] = [int(t) for t in base_arr]
+            base_tags = tags_of(base_extras, tuple(base), self.p)
+            if bad == "namespace":
+                ns = "elsewhere"
         else:
             parent, base = None, []
         # Continue along a stem that extends the parent's page if there is one.
@@ -289,7 +390,14 @@ class MetaMachine(RuleBasedStateMachine):
         else:
             cont = [stem % 3] * (blocks * self.p)
         n = len(cont) // self.p
-        hashes = [block_hash_of(base + cont[: (i + 1) * self.p]) for i in range(n)]
+        tags = [1 + pick % 2 if tagged and i == 0 else 0 for i in range(n)]
+        space = None if isinstance(ns, list) else ns  # as ApplyStored hashes an unhashable one
+        path, path_tags = base + cont, base_tags + tuple(tags)
+        depth = len(base_tags)
+        hashes = [
+            block_hash_of(path[: (depth + i + 1) * self.p], 0, space, path_tags[: depth + i + 1])
+            for i in range(n)
+        ]
         tokens = cont[: n * self.p]
         if bad == "cycle" and parent is not None:
             hashes[-1] = parent
@@ -302,7 +410,8 @@ class MetaMachine(RuleBasedStateMachine):
             tokens = tokens[:-1]
         if signed:
             hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
-        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens))
+        extras = tags if any(tags) else None
+        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, namespace=ns, extras=extras))
 
     @rule(who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans())
     def removed_known(self, who: tuple[str, int], pick: list[int], unknown: bool) -> None:
@@ -320,12 +429,17 @@ class MetaMachine(RuleBasedStateMachine):
         first=st.integers(0, 3),
         salt=st.sampled_from([0, 0, 1]),
         tier=st.sampled_from([0] * 9 + [1]),
+        ns=NAMESPACE,
+        tags=TAGS,
     )
     def apply_removed(
-        self, who: tuple[str, int], key: Any, first: int, salt: int, tier: int
+        self, who: tuple[str, int], key: Any, first: int, salt: int, tier: int, ns: Any, tags: Any
     ) -> None:
-        w = self.who(who)
-        op = ApplyRemoved(0, self.key(key), first, salt, tier)
+        """BlockRemoved of the hashes the key's pages have in ``ns`` with ``tags``."""
+        w, toks = self.who(who), self.key(key)
+        extras = self.tags(tags, toks)
+        extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
+        op = ApplyRemoved(0, toks, first, salt, tier, ns, extras)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
     @rule(who=WHO, really=st.sampled_from([False, False, True]))
@@ -342,6 +456,8 @@ class MetaMachine(RuleBasedStateMachine):
                 KEYS,
                 st.integers(0, 3),
                 st.sampled_from(["ok", "ok", "ok", "unknown_parent", "cycle", "other_page"]),
+                NAMESPACE,
+                TAGS,
             ),
             max_size=5,
         )
@@ -349,15 +465,17 @@ class MetaMachine(RuleBasedStateMachine):
     def apply_events(self, records: list[Any]) -> None:
         workers: list[WorkerId] = []
         built: list[Any] = []
-        for kind, who, key, pages, variant in records:
+        for kind, who, key, pages, variant, ns, tags in records:
             workers.append(self.who(who))
             k, toks = len(workers) - 1, self.key(key)
             whole = len(toks) // self.p
+            extras = self.tags(tags, toks)
+            extras = extras.tolist() if isinstance(extras, np.ndarray) else extras
             if kind == "stored":
                 parent = min(pages, whole)
-                built.append(ApplyStored(k, toks, parent, whole - parent, variant))
+                built.append(ApplyStored(k, toks, parent, whole - parent, variant, ns, extras))
             elif kind == "removed":
-                built.append(ApplyRemoved(k, toks, pages))
+                built.append(ApplyRemoved(k, toks, pages, 0, 0, ns, extras))
             elif kind == "cleared":
                 built.append(ApplyCleared(k))
             else:
@@ -374,13 +492,14 @@ class MetaMachine(RuleBasedStateMachine):
             tree.check()
         self.model.check()
         first = self.trees[0]
-        items = [(k.tolist(), h) for k, h in first.items()]
+        items = plain_records(first.items())
         for tree in self.trees[1:]:
-            assert [(k.tolist(), h) for k, h in tree.items()] == items
+            assert plain_records(tree.items()) == items
             assert tree.node_count == first.node_count == len(items)
         for side in self.sides:
             assert side.workers == self.model.workers
             assert side.n_workers == self.model.n_workers
+            assert side.namespaces() == self.model.namespaces()
         assert node_pages(first) == self.model.items()
         for w in self.model.workers:
             if self.ALL_WORKERS_EVERY_STEP or w in self.named or w.index >= self.HOT_FROM:
@@ -395,13 +514,15 @@ class MetaMachine(RuleBasedStateMachine):
         exact = self.model.capacity_of(w) is None
         for tree in self.trees:
             assert tree.held_tokens(w) == self.model.held_tokens(w)
-            entries = [(h, k.tolist()) for h, k in tree._block_entries(w)]
-            assert entries == [(h, k.tolist()) for h, k in self.model._block_entries(w)]
+            entries = plain_records(tree._block_entries(w))
+            assert entries == plain_records(self.model._block_entries(w))
             assert tree.capacity_of(w) == self.model.capacity_of(w)
             assert tree.worker(w.name, w.dp_rank) == w
             pages = dump_pages(tree, w)
-            assert (sorted(pages) if exact else pages) == self.model.pages(w), (w, pages)
-        dumps = [[(k.tolist(), s) for k, s in tree.dump(w)] for tree in self.trees]
+            if exact:
+                pages.sort(key=self.model.page_order)
+            assert pages == self.model.pages(w), (w, pages)
+        dumps = [plain_records(tree.dump(w)) for tree in self.trees]
         assert all(d == dumps[0] for d in dumps)
 
     def teardown(self) -> None:

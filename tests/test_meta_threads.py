@@ -35,7 +35,9 @@ def _script(seed: int) -> list[tuple[Any, ...]]:
         elif roll < 0.55:
             calls.append(("remove", slot, key, PAGE * rnd.randrange(pages + 1)))
         elif roll < 0.75:
-            hashes = [rnd.randrange(1 << 62) for _ in range(pages)]
+            # A hash per page path, as engines derive them (a worker never names one page
+            # by two hashes: that is a conflict, refused).
+            hashes = [hash(tuple(key[: (i + 1) * PAGE])) % (1 << 62) for i in range(pages)]
             calls.append(("stored", slot, hashes, key[: pages * PAGE]))
         elif roll < 0.85:
             calls.append(("match", slot, key))
@@ -68,7 +70,7 @@ def _run(tree: Any, names: list[str], calls: list[tuple[Any, ...]], capacity: in
 
 def _pages(tree: Any, worker: Any) -> set[tuple[int, ...]]:
     out = set()
-    for key, start in tree.dump(worker):
+    for key, start, *_ in tree.dump(worker):
         toks = tuple(key.tolist())
         out.update(toks[:end] for end in range(start + PAGE, len(toks) + 1, PAGE))
     return out

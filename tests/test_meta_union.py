@@ -49,7 +49,7 @@ def tree_pages(tree: Any, worker: Any) -> set[Tokens]:
     """The pages the tree says ``worker`` holds."""
     p = tree.page_size
     out: set[Tokens] = set()
-    for key, start in tree.dump(worker):
+    for key, start, *_ in tree.dump(worker):
         toks = tuple(int(t) for t in key)
         out.update(toks[:end] for end in range(start + p, len(toks) + 1, p))
     return out

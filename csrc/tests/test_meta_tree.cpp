@@ -17,28 +17,47 @@ using radixmeta::MetaTree;
 using radixmeta::StoredCheck;
 using radixmeta::Token;
 
-using Page = std::vector<Token>;  // a page's full path from the root
+// A page: its namespace id, its full path from the namespace's root, then the
+// tags of the path's pages (small numbers in the tests).
+using Page = std::vector<uint64_t>;
+using Tags = std::vector<uint64_t>;  // one per page of a key; empty: all 0
+
+static Page page_of(uint32_t ns, const std::vector<Token>& key, const Tags& tags, size_t end,
+                    uint32_t page_size) {
+  Page p{ns};
+  p.insert(p.end(), key.begin(), key.begin() + end);
+  for (size_t i = 0; i < end / page_size; ++i) p.push_back(tags.empty() ? 0 : tags[i]);
+  return p;
+}
 
 // Model: pages held per worker; match = leading pages held, page by page.
 struct Model {
   uint32_t page;
   std::vector<std::set<Page>> held;
 
-  int64_t length(uint32_t w, const std::vector<Token>& key) const {
+  int64_t length(uint32_t w, uint32_t ns, const std::vector<Token>& key, const Tags& tags) const {
     int64_t n = 0;
     for (size_t end = page; end <= key.size(); end += page) {
-      if (!held[w].count(Page(key.begin(), key.begin() + end))) break;
+      if (!held[w].count(page_of(ns, key, tags, end, page))) break;
       n = static_cast<int64_t>(end);
     }
     return n;
   }
-  uint64_t mark(uint32_t w, const std::vector<Token>& key, size_t start, bool on) {
+  uint64_t mark(uint32_t w, uint32_t ns, const std::vector<Token>& key, const Tags& tags,
+                size_t start, bool on) {
     uint64_t changed = 0;
     for (size_t end = start + page; end <= key.size() - key.size() % page; end += page) {
-      Page p(key.begin(), key.begin() + end);
+      const Page p = page_of(ns, key, tags, end, page);
       changed += on ? held[w].insert(p).second : held[w].erase(p);
     }
     return changed;
+  }
+  // Namespaces holding some page (a root each), the default always.
+  std::set<uint32_t> namespaces() const {
+    std::set<uint32_t> out{0};
+    for (const auto& pages : held)
+      for (const Page& p : pages) out.insert(p[0]);
+    return out;
   }
 };
 
@@ -47,17 +66,17 @@ static void test_example_from_the_docs() {
   t.add_worker(0, kNoCapacity);
   t.add_worker(1, kNoCapacity);
   const std::vector<Token> a{1, 2, 3, 4, 5, 6}, b{1, 2, 3, 4, 9, 9}, q{1, 2, 3, 4, 5, 6, 7, 8};
-  CHECK(t.insert(a.data(), a.size(), 0, 0) == 3);
-  CHECK(t.insert(b.data(), b.size(), 1, 0) == 3);
+  CHECK(t.insert(0, a.data(), a.size(), nullptr, 0, 0) == 3);
+  CHECK(t.insert(0, b.data(), b.size(), nullptr, 1, 0) == 3);
   int64_t lengths[2];
-  CHECK(t.match(q.data(), q.size(), false, lengths, 2) == 6);
+  CHECK(t.match(0, q.data(), q.size(), nullptr, false, lengths, 2) == 6);
   CHECK(lengths[0] == 6 && lengths[1] == 4);
   // The gap rule: worker 0 drops its middle page; its last one no longer counts.
-  CHECK(t.remove(a.data(), 4, 0, 2) == 1);
-  t.match(q.data(), q.size(), false, lengths, 2);
+  CHECK(t.remove(0, a.data(), 4, nullptr, 0, 2) == 1);
+  t.match(0, q.data(), q.size(), nullptr, false, lengths, 2);
   CHECK(lengths[0] == 2 && lengths[1] == 4);
-  CHECK(t.insert(a.data(), 4, 0, 0) == 1);  // the gap is filled again
-  t.match(q.data(), q.size(), false, lengths, 2);
+  CHECK(t.insert(0, a.data(), 4, nullptr, 0, 0) == 1);  // the gap is filled again
+  t.match(0, q.data(), q.size(), nullptr, false, lengths, 2);
   CHECK(lengths[0] == 6);
   t.check_invariants();
 }
@@ -68,13 +87,13 @@ static void test_match_stays_inside_the_lengths_array() {
   MetaTree t(1);
   for (uint32_t w = 0; w < 3; ++w) t.add_worker(w, w == 2 ? 16 : kNoCapacity);
   const std::vector<Token> key{4, 5, 6};
-  for (uint32_t w = 0; w < 3; ++w) t.insert(key.data(), key.size(), w, 0);
+  for (uint32_t w = 0; w < 3; ++w) t.insert(0, key.data(), key.size(), nullptr, w, 0);
   int64_t lengths[3] = {-1, -1, -7};
-  CHECK(t.match(key.data(), key.size(), true, lengths, 2) == 3);
+  CHECK(t.match(0, key.data(), key.size(), nullptr, true, lengths, 2) == 3);
   CHECK(lengths[0] == 3 && lengths[1] == 3 && lengths[2] == -7);
   bool refused = false;
   try {
-    t.match(key.data(), uint64_t{1} << 32, false, lengths, 2);
+    t.match(0, key.data(), uint64_t{1} << 32, nullptr, false, lengths, 2);
   } catch (const std::length_error&) {
     refused = true;
   }
@@ -83,11 +102,12 @@ static void test_match_stays_inside_the_lengths_array() {
 }
 
 // A stored event the way the binding applies one: checked, then applied.
-static uint64_t store(MetaTree& t, uint32_t w, bool has_parent, uint64_t parent,
-                      const uint64_t* hashes, uint32_t n, const Token* tokens) {
-  if (t.check_stored(w, has_parent, parent, hashes, n, tokens).code != StoredCheck::kOk)
+static uint64_t store(MetaTree& t, uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
+                      const uint64_t* hashes, uint32_t n, const Token* tokens,
+                      const uint64_t* tags = nullptr) {
+  if (t.check_stored(w, ns, has_parent, parent, hashes, n, tokens, tags).code != StoredCheck::kOk)
     return UINT64_MAX;
-  return t.apply_stored(w, has_parent, parent, hashes, n, tokens);
+  return t.apply_stored(w, ns, has_parent, parent, hashes, n, tokens, tags);
 }
 
 static void test_block_events() {
@@ -95,41 +115,130 @@ static void test_block_events() {
   t.add_worker(0, kNoCapacity);
   const std::vector<Token> tokens{1, 2, 3, 4, 5, 6};
   const uint64_t hashes[] = {100, 101, 102};
-  CHECK(t.check_stored(0, false, 0, hashes, 3, tokens.data()).code == StoredCheck::kOk);
-  CHECK(store(t, 0, false, 0, hashes, 3, tokens.data()) == 3);
+  CHECK(t.check_stored(0, 0, false, 0, hashes, 3, tokens.data(), nullptr).code == StoredCheck::kOk);
+  CHECK(store(t, 0, 0, false, 0, hashes, 3, tokens.data()) == 3);
   CHECK(t.node_count() == 3);  // one node per named page
-  CHECK(store(t, 0, false, 0, hashes, 3, tokens.data()) == 0);  // idempotent
+  CHECK(store(t, 0, 0, false, 0, hashes, 3, tokens.data()) == 0);  // idempotent
   const uint64_t child[] = {103};
   const std::vector<Token> more{7, 8};
-  CHECK(t.check_stored(0, true, 999, child, 1, more.data()).code == StoredCheck::kUnknownParent);
+  CHECK(t.check_stored(0, 0, true, 999, child, 1, more.data(), nullptr).code == StoredCheck::kUnknownParent);
   const uint64_t cyc[] = {102};
-  CHECK(t.check_stored(0, true, 102, cyc, 1, more.data()).code == StoredCheck::kCycle);
+  CHECK(t.check_stored(0, 0, true, 102, cyc, 1, more.data(), nullptr).code == StoredCheck::kCycle);
   const uint64_t other[] = {100};
-  CHECK(t.check_stored(0, true, 102, other, 1, more.data()).code == StoredCheck::kOtherPage);
+  CHECK(t.check_stored(0, 0, true, 102, other, 1, more.data(), nullptr).code == StoredCheck::kOtherPage);
   const uint64_t twice[] = {104, 104};
   const std::vector<Token> two{7, 8, 9, 9};
-  CHECK(t.check_stored(0, true, 102, twice, 2, two.data()).code == StoredCheck::kRepeated);
-  CHECK(store(t, 0, true, 102, child, 1, more.data()) == 1);
+  CHECK(t.check_stored(0, 0, true, 102, twice, 2, two.data(), nullptr).code == StoredCheck::kRepeated);
+  const uint64_t second[] = {200};  // page 1 under a second hash: refused, not renamed
+  const StoredCheck renamed = t.check_stored(0, 0, false, 0, second, 1, tokens.data(), nullptr);
+  CHECK(renamed.code == StoredCheck::kRenamed && renamed.index == 0 && renamed.other == 100);
+  t.add_worker(1, kNoCapacity);  // another worker may name the page by another hash
+  CHECK(store(t, 1, 0, false, 0, second, 1, tokens.data()) == 1);
+  CHECK(t.clear_worker(1) == 2);
+  CHECK(store(t, 0, 0, true, 102, child, 1, more.data()) == 1);
   const uint64_t gone[] = {101, 555};
   CHECK(t.apply_removed(0, gone, 2) == 1);
-  CHECK(t.check_stored(0, true, 101, child, 1, more.data()).code == StoredCheck::kUnknownParent);
+  CHECK(t.check_stored(0, 0, true, 101, child, 1, more.data(), nullptr).code == StoredCheck::kUnknownParent);
   t.check_invariants();
   CHECK(t.clear_worker(0) == 6);
   CHECK(t.node_count() == 0);
   t.check_invariants();
 }
 
+// Namespaces: separate trees, a root only while holding a page, hashes found
+// across namespaces by removals but a parent only in its own namespace.
+static void test_namespaces() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  const std::vector<Token> key{1, 2, 3, 4};
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, key.size()) == 0);  // nothing to mark: no root
+  CHECK(t.root_of(3) == radixmeta::kNoNode && t.node_count() == 0);
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 0, 0) == 2);
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0) == 2);  // same tokens, another namespace
+  CHECK(t.node_count() == 2);
+  int64_t len = -1;
+  CHECK(t.match(3, key.data(), key.size(), nullptr, false, &len, 1) == 4 && len == 4);
+  CHECK(t.match(9, key.data(), key.size(), nullptr, false, &len, 1) == 0 && len == 0);  // unknown
+  const uint64_t h[] = {70};
+  const std::vector<Token> next{5, 5};
+  CHECK(store(t, 0, 7, false, 0, h, 1, next.data()) == 1);  // creates namespace 7
+  CHECK((t.namespace_ids() == std::vector<uint32_t>{0, 3, 7}));
+  const uint64_t h2[] = {71};
+  CHECK(t.check_stored(0, 0, true, 70, h2, 1, next.data(), nullptr).code == StoredCheck::kUnknownParent);
+  CHECK(store(t, 0, 7, true, 70, h2, 1, next.data()) == 1);
+  CHECK(t.apply_removed(0, h, 1) == 1);  // a removal finds the hash in any namespace
+  CHECK(t.take_dropped_namespaces().empty());  // 71 still holds namespace 7
+  CHECK(t.apply_removed(0, h2, 1) == 1);
+  CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{7}) && t.root_of(7) == radixmeta::kNoNode);
+  CHECK(t.remove(3, key.data(), key.size(), nullptr, 0, 0) == 2);
+  CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{3}));
+  CHECK(t.insert(5, key.data(), key.size(), nullptr, 0, 0) == 2);
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0) == 2);  // created anew: after 5 now
+  CHECK((t.namespace_ids() == std::vector<uint32_t>{0, 5, 3}));
+  t.check_invariants();
+  CHECK(t.clear_worker(0) == 12);
+  CHECK((t.namespace_ids() == std::vector<uint32_t>{0}) && t.node_count() == 0);
+  t.check_invariants();
+}
+
+// Extra tags: a tagged page is a one-page node of its own, and equal tokens
+// with different tags are different pages (issue 8's two images).
+static void test_extra_tags() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  t.add_worker(1, kNoCapacity);
+  const std::vector<Token> key{1, 2, 3, 4, 5, 6};
+  const uint64_t seven[] = {0, 7, 0}, eight[] = {0, 8, 0};
+  CHECK(t.insert(0, key.data(), key.size(), seven, 0, 0) == 3);
+  CHECK(t.node_count() == 3);  // [1 2], the tagged [3 4], then [5 6]
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 1, 0) == 3);
+  CHECK(t.node_count() == 4);  // untagged [3 4 5 6] beside the tagged page
+  int64_t lengths[2];
+  CHECK(t.match(0, key.data(), key.size(), seven, false, lengths, 2) == 6);
+  CHECK(lengths[0] == 6 && lengths[1] == 2);
+  CHECK(t.match(0, key.data(), key.size(), nullptr, false, lengths, 2) == 6);
+  CHECK(lengths[0] == 2 && lengths[1] == 6);
+  CHECK(t.match(0, key.data(), key.size(), eight, false, lengths, 2) == 2);
+  CHECK(lengths[0] == 2 && lengths[1] == 2);
+  CHECK(t.remove(0, key.data(), key.size(), seven, 0, 2) == 2);
+  CHECK(t.node_count() == 2);
+  t.check_invariants();
+
+  // Two images of equal placeholder tokens, then text after the first one.
+  MetaTree u(4);
+  u.add_worker(0, kNoCapacity);
+  const std::vector<Token> img{9, 9, 9, 9}, text{1, 2, 3, 4};
+  const uint64_t a[] = {0xA}, a1[] = {0xA1}, b[] = {0xB}, a2[] = {0xA2};
+  const uint64_t tag_a[] = {11}, tag_b[] = {12};
+  CHECK(store(u, 0, 0, false, 0, a, 1, img.data(), tag_a) == 1);
+  CHECK(store(u, 0, 0, true, 0xA, a1, 1, text.data()) == 1);
+  CHECK(u.check_stored(0, 0, false, 0, b, 1, img.data(), nullptr).code == StoredCheck::kOk);
+  CHECK(store(u, 0, 0, false, 0, b, 1, img.data(), tag_b) == 1);  // another page
+  const std::vector<Token> q{9, 9, 9, 9, 1, 2, 3, 4};
+  const uint64_t qa[] = {11, 0}, qb[] = {12, 0};
+  int64_t len = 0;
+  u.match(0, q.data(), q.size(), qa, false, &len, 1);
+  CHECK(len == 8);
+  u.match(0, q.data(), q.size(), qb, false, &len, 1);
+  CHECK(len == 4);  // B's page, but not A's continuation
+  CHECK(u.apply_removed(0, b, 1) == 1);
+  u.match(0, q.data(), q.size(), qa, false, &len, 1);
+  CHECK(len == 8);  // A is left
+  CHECK(store(u, 0, 0, true, 0xA, a2, 1, img.data()) == 1);
+  u.check_invariants();
+}
+
 static void test_approximate_worker_keeps_to_capacity() {
   MetaTree t(1);
   t.add_worker(0, 4);
   const std::vector<Token> a{1, 2, 3}, b{1, 2, 7, 8, 9};
-  t.insert(a.data(), a.size(), 0, 0);
-  t.insert(b.data(), b.size(), 0, 0);  // holds 6 > 4: the oldest leaf (3) and then 9 go
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0);
+  t.insert(0, b.data(), b.size(), nullptr, 0, 0);  // holds 6 > 4: the oldest leaf (3) and then 9 go
   CHECK(t.held_tokens(0) == 4);
   int64_t len = 0;
-  t.match(a.data(), a.size(), false, &len, 1);
+  t.match(0, a.data(), a.size(), nullptr, false, &len, 1);
   CHECK(len == 2);
-  t.match(b.data(), b.size(), false, &len, 1);
+  t.match(0, b.data(), b.size(), nullptr, false, &len, 1);
   CHECK(len == 4);
   t.check_invariants();
 }
@@ -152,20 +261,32 @@ static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t 
   for (int step = 0; step < 3000; ++step) {
     const auto& key = pool[rng() % pool.size()];
     const uint32_t w = rng() % workers;
+    const uint32_t ns = rng() % 4 == 0 ? 1 + rng() % 2 : 0;  // mostly the default namespace
     const size_t whole = key.size() - key.size() % page;
     const size_t start = page * (rng() % (whole / page + 1));
+    Tags tags;  // mostly untagged keys; else a tag on some pages
+    if (rng() % 3 == 0)
+      for (size_t i = 0; i < whole / page; ++i) tags.push_back(rng() % 4 == 0 ? 1 + rng() % 2 : 0);
+    const uint64_t* tp = tags.empty() ? nullptr : tags.data();
     switch (rng() % 3) {
       case 0:
-        CHECK(t.insert(key.data(), key.size(), w, start) == model.mark(w, key, start, true));
+        CHECK(t.insert(ns, key.data(), key.size(), tp, w, start) ==
+              model.mark(w, ns, key, tags, start, true));
         break;
       case 1:
-        CHECK(t.remove(key.data(), key.size(), w, start) == model.mark(w, key, start, false));
+        CHECK(t.remove(ns, key.data(), key.size(), tp, w, start) ==
+              model.mark(w, ns, key, tags, start, false));
         break;
       default: {
-        t.match(key.data(), key.size(), false, lengths.data(), workers);
-        for (uint32_t v = 0; v < workers; ++v) CHECK(lengths[v] == model.length(v, key));
+        t.match(ns, key.data(), key.size(), tp, false, lengths.data(), workers);
+        for (uint32_t v = 0; v < workers; ++v)
+          CHECK(lengths[v] == model.length(v, ns, key, tags));
       }
     }
+    t.take_dropped_namespaces();
+    const std::vector<uint32_t> ids = t.namespace_ids();
+    const std::set<uint32_t> live(ids.begin(), ids.end());
+    CHECK(live == model.namespaces());  // a namespace has a root exactly while it holds a page
     t.check_invariants();
     if (failures > 0) return;
   }
@@ -176,6 +297,8 @@ int main() {
   test_block_events();
   test_match_stays_inside_the_lengths_array();
   test_approximate_worker_keeps_to_capacity();
+  test_namespaces();
+  test_extra_tags();
   test_random_against_model(1, 3, 1);
   test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word
   if (failures != 0) {

@@ -25,6 +25,19 @@
 //  * A match walks once, ANDing each node's holder bits into the set of
 //    workers still matching, and records for each worker the depth at which
 //    it dropped out: O(nodes on the path x active words) plus O(workers).
+//  * Namespaces (dense ids from the binding; 0 is the default) each have a
+//    root of their own, so their pages never share a node. A namespace other
+//    than the default has a root only while it holds a page: the first page
+//    creates it, and pruning its last node frees it (the id is then reported
+//    by take_dropped_namespaces, for the binding to recycle). Block hashes
+//    stay per worker across namespaces: removals carry no namespace.
+//  * A page may carry a 64-bit extra tag (what the engine hashed besides the
+//    tokens: multimodal inputs), 0 for none, and is identified by its tokens
+//    and its tag. A tagged page is always a node of one page, holding its tag;
+//    a node of several pages is untagged. Children are filed under a key of
+//    their first page mixed with its tag, and a lookup compares both, so a
+//    tree whose tags are all 0 pays one compare per node for them. Every key
+//    argument takes its tags as an array of one per page, or null (all 0).
 #pragma once
 
 #include <algorithm>
@@ -32,6 +45,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -45,11 +59,15 @@
 
 namespace radixmeta {
 
-struct MetaNode {
+// 128 bytes, aligned to cache lines: a walk reads the first line (label,
+// tag, children) of each node it passes and the second (holders) of those it
+// counts.
+struct alignas(64) MetaNode {
   const Token* label = nullptr;  // inside arena chunk `chunk`
+  uint64_t extra = 0;            // the tag of the node's one page (0: an untagged node)
   uint32_t length = 0;           // tokens on the edge into this node
-  uint32_t parent = kNoNode;
-  uint32_t depth = 0;  // tokens from the root to the end of this node
+  uint32_t parent = kNoNode;     // kNoNode for the roots
+  uint32_t depth = 0;            // tokens from the root to the end of this node
   uint32_t chunk = 0;
   Children children;
   LocationSet holders;  // worker indices
@@ -58,15 +76,17 @@ struct MetaNode {
   // stays empty, and costs no allocation however many workers there are.
   LocationSet unnamed;
   uint64_t hash = 0;    // the shared block hash, when `shared`
+  uint32_t ns = 0;      // the namespace of the tree the node is in
   bool shared = false;  // some holder names this (one-page) node by `hash`
   bool alive = false;
 };
 
 // Outcome of validating a stored event against the tree (nothing changed yet).
 struct StoredCheck {
-  enum Code : uint8_t { kOk = 0, kUnknownParent, kCycle, kRepeated, kOtherPage };
+  enum Code : uint8_t { kOk = 0, kUnknownParent, kCycle, kRepeated, kOtherPage, kRenamed };
   Code code = kOk;
-  uint32_t index = 0;  // the offending block, for the last three codes
+  uint32_t index = 0;  // the offending block, for the last four codes
+  uint64_t other = 0;  // kRenamed: the hash the worker already names that page by
 };
 
 class MetaTree {
@@ -76,6 +96,29 @@ class MetaTree {
     root_ = nodes_.allocate();
     nodes_[root_].alive = true;
   }
+
+  // ---- namespaces ----------------------------------------------------------
+
+  // The root of namespace ns, or kNoNode while the namespace holds nothing.
+  uint32_t root_of(uint32_t ns) const {
+    if (ns == 0) return root_;
+    const auto it = roots_.find(ns);
+    return it == roots_.end() ? kNoNode : it->second.node;
+  }
+
+  // Namespaces that have a root, in order of creation (the default first).
+  std::vector<uint32_t> namespace_ids() const {
+    std::vector<std::pair<uint64_t, uint32_t>> by_serial;
+    for (const auto& entry : roots_) by_serial.emplace_back(entry.second.serial, entry.first);
+    std::sort(by_serial.begin(), by_serial.end());
+    std::vector<uint32_t> out{0};
+    for (const auto& entry : by_serial) out.push_back(entry.second);
+    return out;
+  }
+
+  bool has_dropped_namespaces() const { return !dropped_namespaces_.empty(); }
+  // Ids of the namespaces whose roots were freed since the last call.
+  std::vector<uint32_t> take_dropped_namespaces() { return std::exchange(dropped_namespaces_, {}); }
 
   uint32_t page_size() const { return page_size_; }
   uint32_t node_count() const { return node_count_; }
@@ -127,30 +170,35 @@ class MetaTree {
 
   // ---- token-path operations ---------------------------------------------
 
-  // Marks the pages of key[start, n) as held by w; returns the pages newly marked.
-  uint64_t insert(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+  // Marks the pages of key[start, n) in namespace ns (tags: one per page of
+  // the key, or null) as held by w; returns the pages newly marked.
+  uint64_t insert(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, uint32_t w,
+                  uint64_t start) {
     detail::check_key_length(n);
     n -= n % page_size_;
     ++clock_;
     Worker& wk = workers_[w];
     uint64_t newly = 0;
-    uint32_t node = root_;
+    uint32_t node = root_of(ns);
+    if (node == kNoNode) {
+      if (start >= n) return 0;  // nothing to mark: an empty namespace costs nothing
+      node = make_root(ns);
+    }
     uint64_t pos = 0;
     while (pos < n) {
-      uint32_t c = find_child(node, key + pos);
+      uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
       if (c == kNoNode) {
         if (start >= n) break;  // nothing to mark: never add structure for nothing
         if (pos < start) {
-          node = add_leaf(node, key + pos, static_cast<uint32_t>(start - pos));
+          node = add_path(node, key, pos, start, tags, kNoWorker);
           pos = start;
         }
-        const uint32_t leaf = add_leaf(node, key + pos, static_cast<uint32_t>(n - pos));
-        mark(w, leaf);
+        add_path(node, key, pos, n, tags, w);
         newly += (n - pos) / page_size_;
         pos = n;
         break;
       }
-      const uint64_t m = matched(c, key + pos, n - pos);
+      const uint64_t m = common(c, key, pos, n, tags);
       if (m < nodes_[c].length && pos + m < n) {
         if (start >= n) {
           // Nothing will hang from a cut, so only recency may need one: the
@@ -178,24 +226,26 @@ class MetaTree {
       pos = end;
     }
     if (wk.approximate()) {
-      refresh_path(w, key, n);
+      refresh_path(w, root_of(ns), key, n, tags);
       evict(w);
     }
     return newly;
   }
 
-  // Unmarks the pages of key[start, n) held by w; returns how many.
-  uint64_t remove(const Token* key, uint64_t n, uint32_t w, uint64_t start) {
+  // Unmarks the pages of key[start, n) in namespace ns (tags as for insert)
+  // held by w; returns how many.
+  uint64_t remove(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, uint32_t w,
+                  uint64_t start) {
     detail::check_key_length(n);
     n -= n % page_size_;
     uint64_t removed = 0;
-    uint32_t node = root_;
+    uint32_t node = root_of(ns);
     uint64_t pos = 0;
     uint32_t deepest = kNoNode;
-    while (pos < n) {
-      uint32_t c = find_child(node, key + pos);
+    while (node != kNoNode && pos < n) {
+      uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
       if (c == kNoNode) break;
-      const uint64_t m = matched(c, key + pos, n - pos);
+      const uint64_t m = common(c, key, pos, n, tags);
       const uint64_t end = pos + nodes_[c].length;
       if (holds(w, c)) {
         const uint64_t lo = std::max(start, pos), hi = pos + m;
@@ -219,9 +269,11 @@ class MetaTree {
     return removed;
   }
 
-  // Per-worker matched lengths of key into lengths[0, slots) (slots >= the
-  // number of worker indices); returns how much of the key is in the tree.
-  uint64_t match(const Token* key, uint64_t n, bool touch, int64_t* lengths, uint32_t slots) {
+  // Per-worker matched lengths of key in namespace ns (tags as for insert)
+  // into lengths[0, slots) (slots >= the number of worker indices); returns
+  // how much of the key is in the tree.
+  uint64_t match(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
+                 int64_t* lengths, uint32_t slots) {
     detail::check_key_length(n);
     n -= n % page_size_;
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
@@ -244,22 +296,13 @@ class MetaTree {
     if (touch) path_.clear();
     uint64_t pos = 0;
     uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
-    uint32_t c = n == 0 ? kNoNode : find_child(root_, key);
-    while (c != kNoNode) {
-      const MetaNode& cn = nodes_[c];
-      const uint64_t m = matched(c, key + pos, n - pos);
-      // Find the next node before reading this one's holders: the two chains
-      // of cache misses then overlap instead of queueing one behind the other.
-      const bool whole = m == cn.length;
-      const uint32_t next = whole && pos + m < n ? find_child(c, key + pos + m) : kNoNode;
-      if (!active_.empty()) drop_non_holders(cn.holders, pos, lengths);
-      if (touch) path_.push_back(c);
-      if (!whole) {
-        partial = m;
-        break;
-      }
-      pos += m;
-      c = next;
+    const uint32_t root = root_of(ns);
+    if (n != 0 && root != kNoNode) {
+      // A tree and key without tags walk with no tag in sight (not even a compare).
+      if (tags != nullptr || tagged_nodes_ != 0)
+        match_walk<true>(root, key, n, tags, touch, lengths, &pos, &partial);
+      else
+        match_walk<false>(root, key, n, nullptr, touch, lengths, &pos, &partial);
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
@@ -270,14 +313,16 @@ class MetaTree {
 
   // ---- engine block operations -------------------------------------------
 
-  // Validates a stored event of w: parent (when has_parent), the blocks' hashes
-  // and their pages (tokens holds n_blocks pages). Changes nothing.
-  StoredCheck check_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
-                           uint32_t n_blocks, const Token* tokens) {
-    uint32_t node = root_;
+  // Validates a stored event of w in namespace ns: parent (when has_parent;
+  // it must be a page of that namespace), the blocks' hashes and their pages
+  // (tokens holds n_blocks pages; tags one per block, or null). Changes nothing.
+  StoredCheck check_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
+                           const uint64_t* hashes, uint32_t n_blocks, const Token* tokens,
+                           const uint64_t* tags) {
+    uint32_t node = root_of(ns);  // kNoNode: the namespace is new, every block a new page
     if (has_parent) {
       node = named_node(w, parent);
-      if (node == kNoNode) return refuse(StoredCheck::kUnknownParent, 0);
+      if (node == kNoNode || nodes_[node].ns != ns) return refuse(StoredCheck::kUnknownParent, 0);
     }
     mark_repeats(hashes, n_blocks);
     landing_.assign(n_blocks, kNoNode);
@@ -287,43 +332,56 @@ class MetaTree {
     uint32_t page = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const Token* tok = tokens + size_t{i} * page_size_;
-      if (in != kNoNode && page + 1 < nodes_[in].length / page_size_ &&
+      const uint64_t tag = tags == nullptr ? 0 : tags[i];
+      if (in != kNoNode && tag == 0 && page + 1 < nodes_[in].length / page_size_ &&
           std::memcmp(nodes_[in].label + size_t{page + 1} * page_size_, tok,
                       page_size_ * sizeof(Token)) == 0) {
-        ++page;
+        ++page;  // the next page of an (untagged) node of several
       } else {
         const uint32_t from = in == kNoNode ? (i == 0 ? node : kNoNode) : in;
         const bool left = in != kNoNode && page + 1 < nodes_[in].length / page_size_;
-        in = (from == kNoNode || left) ? kNoNode : find_child(from, tok);
+        in = (from == kNoNode || left) ? kNoNode : find_child(from, tok, tag);
         page = 0;
       }
       if (in != kNoNode && page == 0 && nodes_[in].length == page_size_) landing_[i] = in;
       const uint64_t h = hashes[i];
       if (has_parent && h == parent) return refuse(StoredCheck::kCycle, i);
       if (repeat_[i]) return refuse(StoredCheck::kRepeated, i);
+      const bool one_page = in != kNoNode && page == 0 && nodes_[in].length == page_size_;
       const uint32_t bound = named_node(w, h);
-      if (bound != kNoNode && !(in == bound && page == 0 && nodes_[in].length == page_size_))
+      if (bound != kNoNode && !(one_page && in == bound))
         return refuse(StoredCheck::kOtherPage, i);
+      // Within a worker a page has one name: a second one is a conflict to
+      // report, never a silent rename (it would orphan the old name's children).
+      uint64_t old = 0;
+      if (bound == kNoNode && one_page && name_of(w, in, &old)) {
+        StoredCheck renamed = refuse(StoredCheck::kRenamed, i);
+        renamed.other = old;
+        return renamed;
+      }
     }
     return {};
   }
 
   // Applies the stored event that check_stored just accepted (same arguments,
   // nothing in between); returns pages newly marked.
-  uint64_t apply_stored(uint32_t w, bool has_parent, uint64_t parent, const uint64_t* hashes,
-                        uint32_t n_blocks, const Token* tokens) {
+  uint64_t apply_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
+                        const uint64_t* hashes, uint32_t n_blocks, const Token* tokens,
+                        const uint64_t* tags) {
     require(landing_.size() == n_blocks, "apply_stored without check_stored");
     ++clock_;
     Worker& wk = workers_[w];
-    uint32_t node = has_parent ? named_node(w, parent) : root_;
+    uint32_t node = has_parent ? named_node(w, parent) : root_of(ns);
+    if (node == kNoNode && n_blocks != 0) node = make_root(ns);
     uint64_t newly = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const Token* tok = tokens + size_t{i} * page_size_;
+      const uint64_t tag = tags == nullptr ? 0 : tags[i];
       // The check found the one-page nodes already in place; splits and new
       // leaves since then never move or free those.
-      uint32_t c = landing_[i] != kNoNode ? landing_[i] : find_child(node, tok);
+      uint32_t c = landing_[i] != kNoNode ? landing_[i] : find_child(node, tok, tag);
       if (c == kNoNode) {
-        c = add_leaf(node, tok, page_size_);
+        c = add_leaf(node, tok, page_size_, tag);
       } else if (nodes_[c].length > page_size_) {
         c = split(c, page_size_);
       }
@@ -339,7 +397,7 @@ class MetaTree {
     }
     landing_.clear();
     if (wk.approximate() && n_blocks != 0) {  // an empty event refreshes nothing
-      for (uint32_t x = node; x != root_; x = nodes_[x].parent)
+      for (uint32_t x = node; nodes_[x].parent != kNoNode; x = nodes_[x].parent)
         if (holds(w, x)) stamp(w, x);
       evict(w);
     }
@@ -360,16 +418,18 @@ class MetaTree {
     return removed;
   }
 
-  // Names w's page ending at key[n) (a page w holds) by hash, isolating it as
-  // a one-page node. Returns false (changing nothing) if w does not hold it.
-  bool bind_hash(uint32_t w, const Token* key, uint64_t n, uint64_t hash) {
-    if (n == 0 || n % page_size_ != 0) return false;
-    uint32_t node = root_;
+  // Names w's page ending at key[n) in namespace ns (tags as for insert; a
+  // page w holds) by hash, isolating it as a one-page node. Returns false
+  // (changing nothing) if w does not hold it.
+  bool bind_hash(uint32_t w, uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags,
+                 uint64_t hash) {
+    uint32_t node = root_of(ns);
+    if (n == 0 || n % page_size_ != 0 || node == kNoNode) return false;
     uint64_t pos = 0;
     while (true) {
-      const uint32_t c = find_child(node, key + pos);
+      const uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
       if (c == kNoNode) return false;
-      const uint64_t m = matched(c, key + pos, n - pos);
+      const uint64_t m = common(c, key, pos, n, tags);
       const uint64_t end = pos + nodes_[c].length;
       if (pos + m < std::min(n, end)) return false;
       if (n > end) {
@@ -391,25 +451,13 @@ class MetaTree {
 
   // ---- introspection -------------------------------------------------------
 
-  uint32_t root() const { return root_; }
   const MetaNode& node(uint32_t x) const { return nodes_[x]; }
 
-  // Every node but the root, depth first, children in lexicographic order.
+  // Every node but the roots: namespace by namespace in namespace_ids()
+  // order, each depth first with children in lexicographic order.
   std::vector<uint32_t> nodes_in_order() const {
-    std::vector<uint32_t> out, stack{root_}, kids;
-    while (!stack.empty()) {
-      const uint32_t x = stack.back();
-      stack.pop_back();
-      if (x != root_) out.push_back(x);
-      kids.clear();
-      nodes_[x].children.for_each([&](uint32_t, uint32_t c) { kids.push_back(c); });
-      std::sort(kids.begin(), kids.end(), [&](uint32_t a, uint32_t b) {
-        const Token* ta = nodes_[a].label;
-        const Token* tb = nodes_[b].label;
-        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
-      });
-      stack.insert(stack.end(), kids.rbegin(), kids.rend());
-    }
+    std::vector<uint32_t> out, stack, kids;
+    for (uint32_t ns : namespace_ids()) append_in_order(root_of(ns), &out, &stack, &kids);
     return out;
   }
 
@@ -447,10 +495,24 @@ class MetaTree {
   // Tokens from the root to the end of node x.
   void path_tokens(uint32_t x, std::vector<Token>* out) const {
     out->assign(nodes_[x].depth, 0);
-    for (; x != root_; x = nodes_[x].parent) {
+    for (; nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
       const MetaNode& n = nodes_[x];
       std::memcpy(out->data() + (n.depth - n.length), n.label, size_t{n.length} * sizeof(Token));
     }
+  }
+
+  // The tags of the pages from the root to the end of node x (one per page);
+  // returns whether any is not 0.
+  bool path_tags(uint32_t x, std::vector<uint64_t>* out) const {
+    out->assign(nodes_[x].depth / page_size_, 0);
+    bool any = false;
+    for (; nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
+      const MetaNode& n = nodes_[x];
+      if (n.extra == 0) continue;
+      (*out)[(n.depth - n.length) / page_size_] = n.extra;  // a tagged node is one page
+      any = true;
+    }
+    return any;
   }
 
   size_t memory_usage() const {
@@ -459,7 +521,9 @@ class MetaTree {
       const MetaNode& n = nodes_[x];
       total += n.children.heap_bytes() + n.holders.heap_bytes() + n.unnamed.heap_bytes();
     }
-    total += nodes_[root_].children.heap_bytes() + shared_.memory_bytes();
+    for (uint32_t ns : namespace_ids()) total += nodes_[root_of(ns)].children.heap_bytes();
+    total += shared_.memory_bytes() + roots_.size() * (sizeof(RootEntry) + 16) +
+             roots_.bucket_count() * sizeof(void*) + dropped_namespaces_.capacity() * 4;
     for (const Worker& wk : workers_) {
       total += wk.marked.capacity() * sizeof(uint32_t) + wk.stamps.memory_bytes() +
                wk.own_blocks.memory_bytes() + wk.own_hash_of.memory_bytes() +
@@ -473,10 +537,17 @@ class MetaTree {
   void check_invariants() const {
     std::vector<uint64_t> held(workers_.size(), 0);
     std::vector<uint64_t> held_count(workers_.size(), 0);
-    uint32_t count = 0;
+    uint32_t count = 0, tagged = 0;
     size_t shared = 0;
-    std::vector<uint32_t> stack{root_};
-    require(nodes_[root_].length == 0 && !nodes_[root_].holders.any(), "the root is malformed");
+    std::vector<uint32_t> stack;
+    for (uint32_t ns : namespace_ids()) {
+      const MetaNode& r = nodes_[root_of(ns)];
+      require(r.alive && r.parent == kNoNode && r.length == 0 && r.depth == 0 && r.ns == ns &&
+                  !r.holders.any(),
+              "a root is malformed");
+      require(ns == 0 || !r.children.empty(), "an emptied namespace kept its root");
+      stack.push_back(root_of(ns));
+    }
     while (!stack.empty()) {
       const uint32_t x = stack.back();
       stack.pop_back();
@@ -485,12 +556,15 @@ class MetaTree {
       n.children.for_each([&](uint32_t key, uint32_t c) {
         const MetaNode& cn = nodes_[c];
         require(cn.parent == x, "a child's parent link is wrong");
-        require(key == page_key(cn.label), "a child is filed under the wrong key");
+        require(key == child_key(cn.label, cn.extra), "a child is filed under the wrong key");
+        require(cn.extra == 0 || cn.length == page_size_, "a tagged page is not a one-page node");
         require(cn.depth == n.depth + cn.length, "a node's depth is wrong");
+        require(cn.ns == n.ns, "a node is in another namespace than its parent");
         stack.push_back(c);
       });
-      if (x == root_) continue;
+      if (n.parent == kNoNode) continue;
       ++count;
+      tagged += n.extra != 0;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
       require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
       if (n.shared) {
@@ -512,6 +586,7 @@ class MetaTree {
       });
     }
     require(count == node_count_, "node_count is wrong");
+    require(tagged == tagged_nodes_, "the count of tagged nodes is wrong");
     require(shared == shared_.size(), "the shared hash map names nodes nobody names");
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       const Worker& wk = workers_[w];
@@ -534,6 +609,8 @@ class MetaTree {
   }
 
  private:
+  static constexpr uint32_t kNoWorker = UINT32_MAX;  // add_path: mark nobody
+
   struct LruEntry {
     uint64_t stamp;
     uint32_t depth;
@@ -560,10 +637,43 @@ class MetaTree {
     bool approximate() const { return capacity != kNoCapacity; }
   };
 
+  // Appends the nodes below root (itself excluded) to *out, depth first,
+  // children in lexicographic order; stack and kids are scratch.
+  void append_in_order(uint32_t root, std::vector<uint32_t>* out, std::vector<uint32_t>* stack,
+                       std::vector<uint32_t>* kids) const {
+    stack->assign(1, root);
+    while (!stack->empty()) {
+      const uint32_t x = stack->back();
+      stack->pop_back();
+      if (x != root) out->push_back(x);
+      kids->clear();
+      nodes_[x].children.for_each([&](uint32_t, uint32_t c) { kids->push_back(c); });
+      std::sort(kids->begin(), kids->end(), [&](uint32_t a, uint32_t b) {
+        const Token* ta = nodes_[a].label;
+        const Token* tb = nodes_[b].label;
+        if (std::equal(ta, ta + page_size_, tb)) return nodes_[a].extra < nodes_[b].extra;
+        return std::lexicographical_compare(ta, ta + page_size_, tb, tb + page_size_);
+      });
+      stack->insert(stack->end(), kids->rbegin(), kids->rend());
+    }
+  }
+
+  uint32_t make_root(uint32_t ns) {
+    const uint32_t x = nodes_.allocate();
+    MetaNode& r = nodes_[x];  // a reused slot: every field a root reads is set anew
+    r.alive = true;
+    r.ns = ns;
+    r.parent = kNoNode;
+    r.label = nullptr;
+    r.length = r.depth = 0;
+    roots_.emplace(ns, RootEntry{x, ++root_serial_});
+    return x;
+  }
+
   // A failed check leaves no landing nodes behind for apply_stored to trust.
   StoredCheck refuse(StoredCheck::Code code, uint32_t index) {
     landing_.clear();
-    return {code, index};
+    return {code, index, 0};
   }
 
   static void require(bool ok, const char* what) {
@@ -572,9 +682,47 @@ class MetaTree {
 
   uint32_t page_key(const Token* page) const { return detail::page_key(page, page_size_); }
 
-  uint32_t find_child(uint32_t parent, const Token* key) const {
-    return detail::find_child(nodes_[parent].children, key, page_size_,
-                              [&](uint32_t c) { return nodes_[c].label; });
+  // The key a child whose first page is `page`, with extra tag `tag`, is filed
+  // under: the page's own key when untagged, else that key mixed with the tag.
+  uint32_t child_key(const Token* page, uint64_t tag) const {
+    const uint32_t key = page_key(page);
+    if (tag == 0) return key;
+    return static_cast<uint32_t>(((tag ^ key) * 0x9E3779B97F4A7C15ull) >> 32);
+  }
+
+  // The child of parent whose first page is `key`'s first page with tag `tag`:
+  // detail::find_child (which a tree without tags uses as it is) with the tag
+  // compared too. At page size 1 an untagged key is the token itself, so the
+  // key settles the token; a mixed one does not, and the token is compared.
+  uint32_t find_child(uint32_t parent, const Token* key, uint64_t tag) const {
+    const Children& children = nodes_[parent].children;
+    const size_t bytes = size_t{page_size_} * sizeof(Token);
+    const auto same = [&](uint32_t c) {
+      return nodes_[c].extra == tag && std::memcmp(nodes_[c].label, key, bytes) == 0;
+    };
+    const uint32_t only = children.only();
+    if (only != Children::kNone && page_size_ > 1) return same(only) ? only : kNoNode;
+    return children.find(child_key(key, tag), [&](uint32_t c) {
+      return page_size_ == 1 && tag == 0 ? nodes_[c].extra == 0 : same(c);
+    });
+  }
+
+  // The tag of the page at token pos of a key (tags: one per page, or null).
+  uint64_t tag_at(const uint64_t* tags, uint64_t pos) const {
+    return tags == nullptr ? 0 : tags[pos / page_size_];
+  }
+
+  // matched() for the child c that find_child gave for key[pos, n): with
+  // tags, also where the key has a tagged page, which the untagged pages
+  // after a node's first can never be.
+  uint64_t common(uint32_t c, const Token* key, uint64_t pos, uint64_t n,
+                  const uint64_t* tags) const {
+    const uint64_t m = matched(c, key + pos, n - pos);
+    if (tags == nullptr) return m;
+    const uint64_t* own = tags + pos / page_size_;
+    for (uint64_t k = 1; k * page_size_ < m; ++k)
+      if (own[k] != 0) return k * page_size_;
+    return m;
   }
 
   // Whole-page common prefix of child c's label and key[0, n), for a child
@@ -587,6 +735,42 @@ class MetaTree {
     const uint64_t m = page_size_ + detail::common_prefix(cn.label + page_size_, key + page_size_,
                                                           limit - page_size_);
     return m - m % page_size_;
+  }
+
+  // match's walk down key[0, n) from root: drops the workers that stop
+  // holding, and leaves in *pos the tokens of the whole nodes matched and in
+  // *partial those matched inside the last one. kTags: the key or the tree
+  // has tags (a tree without any never needs a tag compared).
+  template <bool kTags>
+  void match_walk(uint32_t root, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
+                  int64_t* lengths, uint64_t* pos_out, uint64_t* partial) {
+    uint64_t pos = 0;
+    uint32_t c = child_at<kTags>(root, key, 0, tags);
+    while (c != kNoNode) {
+      const MetaNode& cn = nodes_[c];
+      const uint64_t m = kTags ? common(c, key, pos, n, tags) : matched(c, key + pos, n - pos);
+      // Find the next node before reading this one's holders: the two chains
+      // of cache misses then overlap instead of queueing one behind the other.
+      const bool whole = m == cn.length;
+      const uint32_t next = whole && pos + m < n ? child_at<kTags>(c, key, pos + m, tags) : kNoNode;
+      if (!active_.empty()) drop_non_holders(cn.holders, pos, lengths);
+      if (touch) path_.push_back(c);
+      if (!whole) {
+        *partial = m;
+        break;
+      }
+      pos += m;
+      c = next;
+    }
+    *pos_out = pos;
+  }
+
+  // The child of parent for the key's page at token pos (tags as for insert).
+  template <bool kTags>
+  uint32_t child_at(uint32_t parent, const Token* key, uint64_t pos, const uint64_t* tags) const {
+    if (kTags) return find_child(parent, key + pos, tag_at(tags, pos));
+    return detail::find_child(nodes_[parent].children, key + pos, page_size_,
+                              [&](uint32_t c) { return nodes_[c].label; });
   }
 
   // Workers still matching that do not hold `holders` stop at depth pos.
@@ -629,15 +813,16 @@ class MetaTree {
     }
   }
 
-  // Every node on key[0, n)'s path that w holds takes the current stamp.
-  void refresh_path(uint32_t w, const Token* key, uint64_t n) {
-    uint32_t node = root_;
+  // Every node on key[0, n)'s path from root that w holds takes the current stamp.
+  void refresh_path(uint32_t w, uint32_t root, const Token* key, uint64_t n,
+                    const uint64_t* tags) {
+    uint32_t node = root;
     uint64_t pos = 0;
-    while (pos < n) {
-      const uint32_t c = find_child(node, key + pos);
+    while (node != kNoNode && pos < n) {
+      const uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
       if (c == kNoNode) return;
       // Only whole nodes on the key's path: the insert cut where recency differs.
-      if (nodes_[c].depth > n || matched(c, key + pos, n - pos) < nodes_[c].length) return;
+      if (nodes_[c].depth > n || common(c, key, pos, n, tags) < nodes_[c].length) return;
       if (holds(w, c)) stamp(w, c);
       node = c;
       pos = nodes_[c].depth;
@@ -737,6 +922,19 @@ class MetaTree {
     return own == nullptr ? kNoNode : *own;
   }
 
+  // The hash w names node x by, if any, into *hash.
+  bool name_of(uint32_t w, uint32_t x, uint64_t* hash) const {
+    if (names_shared(nodes_[x], w)) {
+      *hash = nodes_[x].hash;
+      return true;
+    }
+    const Worker& wk = workers_[w];
+    const uint64_t* own = wk.own_hash_of.empty() ? nullptr : wk.own_hash_of.find(x);
+    if (own == nullptr) return false;
+    *hash = *own;
+    return true;
+  }
+
   bool names_shared(const MetaNode& n, uint32_t w) const {
     return n.shared && n.holders.test(w) && !n.unnamed.test(w);
   }
@@ -814,6 +1012,8 @@ class MetaTree {
     MetaNode& un = nodes_[u];
     un.holders = cn.holders;
     un.alive = true;
+    un.ns = cn.ns;
+    un.extra = 0;  // only untagged nodes have more than one page to cut
     detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
     cn.holders.for_each([&](uint32_t w) {  // c is never shared: named nodes are one page
@@ -829,28 +1029,50 @@ class MetaTree {
     return u;
   }
 
-  uint32_t add_leaf(uint32_t parent, const Token* key, uint32_t len) {
+  // Adds key[from, to) below parent as new nodes: a run of untagged pages is
+  // one node, a tagged page a node of its own (tags: one per page of the
+  // key, or null). Marks each for w unless w is kNoWorker; returns the last.
+  uint32_t add_path(uint32_t parent, const Token* key, uint64_t from, uint64_t to,
+                    const uint64_t* tags, uint32_t w) {
+    while (from < to) {
+      const uint64_t tag = tag_at(tags, from);
+      uint64_t end = from + page_size_;
+      if (tag == 0)
+        while (end < to && tag_at(tags, end) == 0) end += page_size_;
+      parent = add_leaf(parent, key + from, static_cast<uint32_t>(end - from), tag);
+      if (w != kNoWorker) mark(w, parent);
+      from = end;
+    }
+    return parent;
+  }
+
+  uint32_t add_leaf(uint32_t parent, const Token* key, uint32_t len, uint64_t tag) {
     const LabelRef ref = arena_.allocate(key, nullptr, len);
     const uint32_t x = nodes_.allocate();
     MetaNode& xn = nodes_[x];
     xn.parent = parent;
+    xn.ns = nodes_[parent].ns;
+    xn.extra = tag;
+    if (tag != 0) ++tagged_nodes_;
     xn.chunk = ref.chunk;
     xn.label = arena_.tokens(ref.chunk, ref.offset);
     xn.length = len;
     xn.depth = nodes_[parent].depth + len;
     xn.alive = true;
-    nodes_[parent].children.add(page_key(key), x);
+    nodes_[parent].children.add(child_key(key, tag), x);
     ++node_count_;
     return x;
   }
 
-  // Frees x and then its ancestors while they have no holders and no children.
+  // Frees x and then its ancestors while they have no holders and no
+  // children, and then the root they led to if that empties a namespace.
   void prune(uint32_t x) {
-    while (x != root_ && nodes_[x].alive && nodes_[x].children.empty() &&
+    while (nodes_[x].parent != kNoNode && nodes_[x].alive && nodes_[x].children.empty() &&
            !nodes_[x].holders.any()) {
       MetaNode& n = nodes_[x];
       const uint32_t p = n.parent;
-      nodes_[p].children.remove(page_key(n.label), x);
+      nodes_[p].children.remove(child_key(n.label, n.extra), x);
+      if (n.extra != 0) --tagged_nodes_;
       arena_.release(n.chunk, n.length);
       n.alive = false;
       n.children.clear();
@@ -860,6 +1082,14 @@ class MetaTree {
       nodes_.release(x);
       --node_count_;
       x = p;
+    }
+    MetaNode& r = nodes_[x];
+    if (r.alive && r.parent == kNoNode && r.ns != 0 && r.children.empty()) {
+      roots_.erase(r.ns);
+      dropped_namespaces_.push_back(r.ns);
+      r.alive = false;
+      r.children.clear();
+      nodes_.release(x);
     }
   }
 
@@ -884,11 +1114,19 @@ class MetaTree {
   NodePool<MetaNode> nodes_;
   uint32_t root_ = kNoNode;
   uint32_t node_count_ = 0;
+  uint32_t tagged_nodes_ = 0;  // nodes with an extra tag: while 0, matches compare none
   uint64_t clock_ = 0;
   std::vector<Worker> workers_;
   std::vector<uint64_t> live_mask_{0};
   std::vector<uint32_t> approximate_;  // indices of live approximate workers
   FlatMap<uint64_t, uint32_t> shared_;  // shared block hash -> the node it names
+  struct RootEntry {
+    uint32_t node;
+    uint64_t serial;  // creation order, for namespace_ids()
+  };
+  std::unordered_map<uint32_t, RootEntry> roots_;  // namespace id -> root (not the default's)
+  uint64_t root_serial_ = 0;
+  std::vector<uint32_t> dropped_namespaces_;
   // Scratch reused across calls (no allocation on the hot path).
   std::vector<uint64_t> alive_;
   std::vector<uint32_t> active_;
