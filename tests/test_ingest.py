@@ -175,7 +175,7 @@ def test_lora_salt_and_images_reach_the_tree_as_page_identity() -> None:
     replayer.submit_batch("w", 0, 0, conv.records(batch, worker="w", dp_rank=0, seq=0))
     assert replayer.replay().malformed == 0
     tag_a, tag_b = extras_tag(["image-a", 0]), extras_tag(["image-b", 0])
-    assert tree.match(img + [1, 2], extras=[tag_a, 0]).length_of(w) == 4
-    assert tree.match(img + [1, 2], extras=[tag_b, 0]).length_of(w) == 2  # B's continuation: none
+    assert tree.match([*img, 1, 2], extras=[tag_a, 0]).length_of(w) == 4
+    assert tree.match([*img, 1, 2], extras=[tag_b, 0]).length_of(w) == 2  # B's continuation: none
     assert tree.match([1, 2]).length_of(w) == 0  # the adapter's page is in its namespace only
     assert tree.match([1, 2], namespace="lora:adapter").length_of(w) == 2
