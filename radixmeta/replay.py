@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from radixmeta._records import Cleared, Record, Removed, Stored, _Record
 from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
 
-__all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag"]
+__all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag", "batch_mark"]
 
 logger = logging.getLogger("radixmeta.replay")
 _REPLAY_ATTEMPTS = 3  # replay requests per gap before a resync
@@ -46,7 +46,11 @@ _Key = tuple[str, int]
 
 
 class ReplaySource(Protocol):
-    """Where a replayer asks for what it missed (both methods may return None: cannot)."""
+    """Where a replayer asks for what it missed (both methods may return None: cannot).
+
+    A wire batch that kept no record (every event left out) is answered with
+    :func:`batch_mark` in its place, so the answer still shows that batch.
+    """
 
     def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
         """The worker's records from sequence ``from_seq`` on, in order, or None."""
@@ -101,6 +105,9 @@ class _Cursor:
     seq: int | None = None  # None: nothing applied yet (the next record is a baseline)
     index: int = 0
     stale: bool = False
+    # After a resync from a snapshot stamped S, records of the gap (from its start to
+    # S) that are still queued are duplicates, not a restart: (gap start, S).
+    covered: tuple[int, int] | None = None
     newest: int | None = None
     waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
     stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
@@ -164,7 +171,7 @@ class Replayer:
         if records:
             self.submit(records)
         else:
-            self._enqueue([_Mark(worker, dp_rank, seq)])
+            self._enqueue([batch_mark(worker, dp_rank, seq)])
 
     def submit(self, records: Iterable[Record]) -> None:
         """Queue records for the next :meth:`replay` (cheap: nothing is applied here)."""
@@ -234,6 +241,9 @@ class Replayer:
         if worker is None:
             done.unknown_worker += 1
             return
+        if cursor.covered is not None and cursor.covered[0] <= record.seq <= cursor.covered[1]:
+            done.duplicates += 1  # the snapshot that resynced the worker holds it
+            return
         if cursor.seq is not None and self._restarted(record, cursor):
             done.restarts += 1
             self._clear(worker, cursor)
@@ -283,7 +293,7 @@ class Replayer:
         for _ in range(_REPLAY_ATTEMPTS if self.source is not None else 0):
             done.replays_requested += 1
             missing = self.source.replay(record.worker, record.dp_rank, from_seq)  # type: ignore[union-attr]
-            if not missing or (missing[0].seq, missing[0].index) > (from_seq, 0):
+            if not missing or missing[0].seq > from_seq:
                 break  # the source no longer reaches back to the gap
             for earlier in missing:
                 if (earlier.seq, earlier.index) >= (record.seq, record.index):
@@ -306,6 +316,7 @@ class Replayer:
                 self._apply(stored, worker, cursor, done)
             if snapshot:
                 cursor.seq, cursor.index = snapshot[0].seq, snapshot[0].index
+                cursor.covered = (from_seq, snapshot[0].seq)
             if cursor.seq is not None and (record.seq, record.index) <= (cursor.seq, cursor.index):
                 done.duplicates += 1  # the snapshot already holds it
                 return
@@ -319,12 +330,24 @@ class Replayer:
                 record.dp_rank,
                 record.seq,
             )
-        self._apply(record, worker, cursor, done)
+        self._apply(record, worker, cursor, done, baseline=True)
 
-    def _apply(self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats) -> None:
-        """One record into the tree; it moves the cursor whether or not it could apply."""
+    def _apply(
+        self,
+        record: Record,
+        worker: Any,
+        cursor: _Cursor,
+        done: ReplayStats,
+        baseline: bool = False,
+    ) -> None:
+        """One record into the tree; it moves the cursor whether or not it could apply.
+
+        A ``baseline`` record is the first after a resync with no snapshot: the
+        worker stays stale until a record after it.
+        """
         cursor.seq, cursor.index = record.seq, record.index
-        cursor.stale = False
+        if not baseline:
+            cursor.stale = False
         if isinstance(record, _Mark):
             return
         try:
@@ -345,6 +368,7 @@ class Replayer:
     def _clear(self, worker: Any, cursor: _Cursor) -> None:
         self.tree.apply_cleared(worker)
         cursor.seq, cursor.index = None, 0
+        cursor.covered = None
 
     def _worker(self, record: Record) -> Any:
         return self._worker_named(record.worker, record.dp_rank)
@@ -438,6 +462,11 @@ class Replayer:
 
 class _Mark(_Record, frozen=True, gc=False, eq=False):
     """A batch that kept no record: it moves the worker's cursor, and nothing else."""
+
+
+def batch_mark(worker: str, dp_rank: int, seq: int) -> Record:
+    """The stand-in of a batch that kept no record, for a :class:`ReplaySource`'s answer."""
+    return _Mark(worker, dp_rank, seq)  # type: ignore[return-value]
 
 
 def _apply_record(tree: Any, worker: Any, record: Record) -> None:

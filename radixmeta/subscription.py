@@ -21,7 +21,7 @@ from radixmeta._records import Record
 from radixmeta.errors import DecodeError, InvalidInputError
 from radixmeta.ingest import BatchConverter
 from radixmeta.meta import MetaTree
-from radixmeta.replay import Replayer, ReplayStats
+from radixmeta.replay import Replayer, ReplayStats, batch_mark
 from radixmeta.transport import ZmqSubscriber, dp_endpoints
 from radixmeta.wire import native, sglang, vllm
 
@@ -210,9 +210,9 @@ class FleetSubscription:
             records = self._records(worker, dp_rank, batch.seq, batch.payload)
             if records is None:  # it does not decode on replay either: the source cannot help
                 return None
-            out.extend(records)
-        # A batch that kept no record still counts: its first record names its seq.
-        return out if out else None
+            # A batch that kept no record still moves the cursor past its seq.
+            out.extend(records if records else [batch_mark(worker, dp_rank, batch.seq)])
+        return out
 
     def snapshot(self, worker: str, dp_rank: int) -> None:
         """vLLM and SGLang publishers keep no snapshot."""

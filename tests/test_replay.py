@@ -13,12 +13,14 @@ import threading
 import time
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
 from radixmeta import EventLog, MetaTree, RadixCache
 from radixmeta.errors import InputTypeError
 from radixmeta.events import Cleared, LogSource, Replayer, ReplayStats, Stored
+from radixmeta.replay import batch_mark
 
 
 class NoSnapshots(LogSource):
@@ -288,3 +290,81 @@ def test_records_of_one_batch_may_skip_indices() -> None:
     fleet.replayer.submit([a, b, c, b])
     stats = fleet.replayer.replay()
     assert (stats.applied, stats.gaps, stats.duplicates) == (3, 0, 1)
+
+
+# -- regressions found in review ------------------------------------------------------------
+class FirstEventLeftOut(LogSource):
+    """A source whose answer for the missing batch starts at index 1 (event 0 was left out)."""
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> Any:
+        records = super().replay(worker, dp_rank, from_seq) or []
+        return [msgspec.structs.replace(r, index=1) if r.seq == from_seq else r for r in records]
+
+    def snapshot(self, worker: str, dp_rank: int) -> None:
+        return None
+
+
+class EmptyBatchAnswered(LogSource):
+    """A source whose missing batch kept no record: it answers with the batch's mark."""
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> Any:
+        records = super().replay(worker, dp_rank, from_seq) or []
+        kept = [r for r in records if r.seq != from_seq]
+        return [batch_mark(worker, dp_rank, from_seq), *kept]
+
+    def snapshot(self, worker: str, dp_rank: int) -> None:
+        return None
+
+
+@pytest.mark.parametrize("source", [FirstEventLeftOut, EmptyBatchAnswered])
+def test_a_complete_answer_is_accepted_whatever_its_first_index(source: type) -> None:
+    log = EventLog(worker="w0")
+    cache = RadixCache(event_log=log)
+    tree = MetaTree()
+    w = tree.add_worker("w0")
+    replayer = Replayer(tree, source=source({("w0", 0): cache}))
+    cache.insert([1, 2, 3])
+    replayer.submit(log.read())
+    replayer.replay()
+    cache.insert([7, 8])
+    cache.insert([9, 9])
+    replayer.submit(log.read()[-1:])  # seq 1 lost, seq 2 arrives
+    stats = replayer.replay()
+    assert (stats.gaps, stats.resyncs) == (1, 0)
+    assert tree.match([1, 2, 3]).length_of(w) == 3  # nothing was cleared
+
+
+def test_stale_lasts_until_a_record_after_the_new_baseline() -> None:
+    fleet = Fleet(1, capacity=2, source=NoSnapshots)
+    fleet.caches[0].insert([1, 1, 1, 1])
+    fleet.replayer.submit(fleet.logs[0].read())
+    fleet.replayer.replay()
+    for k in range(10):
+        fleet.caches[0].insert([k, 5, 5, 5])
+    fleet.replayer.submit(fleet.logs[0].read()[-1:])
+    assert fleet.replayer.replay().stale == 1
+    assert [w.stale for w in fleet.replayer.lag()] == [True]
+    fleet.caches[0].insert([4, 4, 4, 4])
+    fleet.replayer.submit(fleet.logs[0].read()[-1:])
+    fleet.replayer.replay()
+    assert [w.stale for w in fleet.replayer.lag()] == [False]
+
+
+def test_records_a_snapshot_already_holds_are_duplicates_not_restarts() -> None:
+    log = EventLog(worker="w0", capacity=8)
+    cache = RadixCache(event_log=log)
+    tree = MetaTree()
+    w = tree.add_worker("w0")
+    replayer = Replayer(tree, source=LogSource({("w0", 0): cache}))
+    seen: list[Any] = []
+    for k in range(100):
+        cache.insert([k % 7, k, 1])
+        if k % 5 == 0:
+            cache.evict(2)
+        seen += log.read(after=seen[-1].seq if seen else None)
+    replayer.submit(seen[:6])
+    replayer.replay()
+    replayer.submit(seen[10:])  # 6..9 lost in transport; everything after arrived
+    stats = replayer.replay()
+    assert (stats.gaps, stats.resyncs, stats.restarts) == (1, 1, 0)
+    assert tree.held_tokens(w) == cache.total_size
