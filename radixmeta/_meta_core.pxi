@@ -4,6 +4,7 @@
 from radixmeta._meta_tree cimport (
     MetaTree,
     StoredCheck,
+    kAllTiers,
     kCycle,
     kOtherPage,
     kRenamed,
@@ -130,6 +131,8 @@ cdef inline const uint64_t* _tags_of(object owned):
 
 cdef uint32_t _tier_mask(object tier) except? 0xFFFFFFFF:
     """clear_worker's tiers (bit 0: device, bit 1: host) for apply_cleared's ``tier``."""
+    if tier is None:
+        return kAllTiers
     cdef uint32_t mask = 0
     for t in _blocks.check_tiers(tier):
         mask |= 1u << <uint32_t>t
@@ -321,14 +324,18 @@ cdef class MetaCore:
     # the core freed, and the one it asked for if the call created no root.
 
     cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
+        if namespace is None:  # the common case, before any try block is set up
+            return 0
         try:
             return self._namespaces.lookup(namespace, create)
         except TypeError:
             check_namespace(namespace)  # the library's error for an unhashable one
             raise
 
-    cdef int _settle_namespaces(self, uint32_t asked) except -1:
+    cdef inline int _settle_namespaces(self, uint32_t asked) except -1:
         cdef MetaTree* tree = self._tree.get()
+        if asked == 0 and not tree.has_dropped_namespaces():
+            return 0  # the common case: nothing to recycle
         cdef vector[uint32_t] dropped
         if tree.has_dropped_namespaces():
             dropped = tree.take_dropped_namespaces()
@@ -416,8 +423,10 @@ cdef class MetaCore:
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint64_t s = self._start(start, n)
         cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
-        tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE, &tag_scratch,
-                               &tags)
+        tags = NULL
+        if extras is not None:
+            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                   &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, marking)
         try:
             w = self._index(worker)  # conversion may have run code that removed it
@@ -589,7 +598,9 @@ cdef class MetaCore:
         cdef uint64_t parent = _parent_value(parent_hash) if has_parent else 0
         hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
         token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
-        tag_owner = _load_tags(extras, n_blocks, _PER_BLOCK, &tag_scratch, &tags)
+        tags = NULL
+        if extras is not None:
+            tag_owner = _load_tags(extras, n_blocks, _PER_BLOCK, &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, True)
         try:
             w = self._index(worker)  # conversion may have run code that removed it
@@ -715,13 +726,17 @@ cdef class MetaCore:
             return ("stored", record[1], has_parent, parent, hashes, tokens, ns, tags, tier)
         if kind == "removed" and (size == 3 or size == 4):
             self._index(record[1])
-            options = _blocks.record_options(kind, record[3], record) if size == 4 else {}
-            tier = _blocks.check_tier(options.get("tier", 0))
+            tier = 0  # the plain record: no Python call on this hot path
+            if size == 4:
+                options = _blocks.record_options(kind, record[3], record)
+                tier = _blocks.check_tier(options.get("tier", 0))
             return ("removed", record[1], _owned_hashes(record[2]), tier)
         if kind == "cleared" and (size == 2 or size == 3):
             self._index(record[1])
-            options = _blocks.record_options(kind, record[2], record) if size == 3 else {}
-            return ("cleared", record[1], _tier_mask(options.get("tier")))
+            mask = kAllTiers
+            if size == 3:
+                mask = _tier_mask(_blocks.record_options(kind, record[2], record).get("tier"))
+            return ("cleared", record[1], mask)
         raise _blocks.not_a_record(record)
 
     cdef object _apply_prepared(self, tuple step):

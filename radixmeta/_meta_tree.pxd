@@ -29,6 +29,8 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
         uint32_t index
         uint64_t other
 
+    cdef uint32_t kAllTiers "radixmeta::MetaTree::kAllTiers"
+
     cdef cppclass MetaTree:
         MetaTree(uint32_t page_size) except +
         uint32_t page_size()

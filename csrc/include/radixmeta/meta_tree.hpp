@@ -1035,18 +1035,17 @@ class MetaTree {
     return n.shared && (n.holders.test(w) || n.host.test(w)) && !n.unnamed.test(w);
   }
   bool any_namer(const MetaNode& n) const {
-    return n.shared && holder_count(n) > n.unnamed.count();
-  }
-  // Workers holding n on either tier.
-  static uint32_t holder_count(const MetaNode& n) {
+    if (!n.shared) return false;
+    // Some holder, on either tier, not listed as unnamed: an early exit, where
+    // counting both sets would read every word.
     const uint32_t words = std::max(n.holders.word_count(), n.host.word_count());
-    uint32_t count = 0;
     for (uint32_t i = 0; i < words; ++i) {
       const uint64_t dev = i < n.holders.word_count() ? n.holders.word(i) : 0;
       const uint64_t host = i < n.host.word_count() ? n.host.word(i) : 0;
-      count += static_cast<uint32_t>(__builtin_popcountll(dev | host));
+      const uint64_t unnamed = i < n.unnamed.word_count() ? n.unnamed.word(i) : 0;
+      if (((dev | host) & ~unnamed) != 0) return true;
     }
-    return count;
+    return false;
   }
 
   // Names one-page node x of w by hash (dropping the name it had before).
