@@ -66,14 +66,21 @@ def block_hashes(obj: Any) -> list[int]:
     ]
 
 
-def check_tier(tier: Any) -> None:
+DEVICE, HOST = 0, 1  # the storage tiers of a MetaTree page
+
+
+def check_tier(tier: Any) -> int:
+    """A tier: 0 (the device) or 1 (the host)."""
     number = as_int("tier", tier)
-    if number != 0:
-        msg = (
-            f"tier {number} is not supported: only the device tier (0) is modelled, "
-            "and host or disk residency must not be counted as a device hit"
-        )
+    if number not in (DEVICE, HOST):
+        msg = f"tier must be 0 (device) or 1 (host), got {number}"
         raise InvalidInputError(msg)
+    return number
+
+
+def check_tiers(tier: Any) -> tuple[int, ...]:
+    """``apply_cleared``'s tier: one of them, or None for both."""
+    return (DEVICE, HOST) if tier is None else (check_tier(tier),)
 
 
 def bad_token_count(n_tokens: int, n_blocks: int, page_size: int) -> InvalidInputError:
@@ -111,7 +118,11 @@ def names_other_page(worker: Any, index: int, value: int) -> BlockConflictError:
 # An ``apply_events`` record: its kind, then this many fields in all, then
 # optionally a dict of keyword arguments of the method it stands for (these).
 RECORD_FIELDS = {"stored": 5, "removed": 3, "cleared": 2}
-RECORD_OPTIONS = {"stored": ("namespace", "extras"), "removed": (), "cleared": ()}
+RECORD_OPTIONS = {
+    "stored": ("tier", "namespace", "extras"),
+    "removed": ("tier",),
+    "cleared": ("tier",),
+}
 
 
 def record_options(kind: str, options: Any, record: Any) -> dict[str, Any]:

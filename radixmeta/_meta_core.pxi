@@ -4,6 +4,7 @@
 from radixmeta._meta_tree cimport (
     MetaTree,
     StoredCheck,
+    kAllTiers,
     kCycle,
     kOtherPage,
     kRenamed,
@@ -128,6 +129,16 @@ cdef inline const uint64_t* _tags_of(object owned):
     return <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>owned)
 
 
+cdef uint32_t _tier_mask(object tier) except? 0xFFFFFFFF:
+    """clear_worker's tiers (bit 0: device, bit 1: host) for apply_cleared's ``tier``."""
+    if tier is None:
+        return kAllTiers
+    cdef uint32_t mask = 0
+    for t in _blocks.check_tiers(tier):
+        mask |= 1u << <uint32_t>t
+    return mask
+
+
 cdef inline void _append(vector[uint32_t]* dst, const vector[uint32_t]& src):
     cdef size_t old = dst.size()
     dst.resize(old + src.size())
@@ -143,8 +154,10 @@ cdef struct _NodeRecords:
     vector[size_t] tag_ends
     vector[uint32_t] starts
     vector[uint32_t] namespaces
-    vector[uint32_t] holders
+    vector[uint32_t] tiers  # dump records: the tier of each
+    vector[uint32_t] holders  # items: a node's device holders, then its host holders
     vector[size_t] holder_ends
+    vector[size_t] host_ends
 
 
 cdef object _tags_copy(_NodeRecords* records, size_t k):
@@ -166,9 +179,11 @@ cdef list _records_as_items(_NodeRecords* records, tuple table, dict names):
         key = _uint32_copy(records.paths, begin, records.ends[k])
         holders = tuple(table[records.holders[i]]
                         for i in range(first, records.holder_ends[k]))
+        host = tuple(table[records.holders[i]]
+                     for i in range(records.holder_ends[k], records.host_ends[k]))
         ns = names[records.namespaces[k]]
-        out.append(MetaItem(key, holders, ns, _tags_copy(records, k)))
-        begin, first = records.ends[k], records.holder_ends[k]
+        out.append(MetaItem(key, holders, ns, _tags_copy(records, k), host))
+        begin, first = records.ends[k], records.host_ends[k]
     return out
 
 
@@ -178,7 +193,8 @@ cdef list _records_as_dump(_NodeRecords* records, dict names):
     for k in range(records.ends.size()):
         key = _uint32_copy(records.paths, begin, records.ends[k])
         ns = names[records.namespaces[k]]
-        out.append(DumpRecord(key, records.starts[k], ns, _tags_copy(records, k)))
+        tags = _tags_copy(records, k)
+        out.append(DumpRecord(key, records.starts[k], ns, tags, records.tiers[k]))
         begin = records.ends[k]
     return out
 
@@ -191,30 +207,44 @@ cdef class MetaMatch:
     ----------
     lengths : numpy.ndarray
         ``int64`` array indexed by worker index: each worker's matched tokens
-        (0 for free indices).
+        (0 for free indices), counting pages held on the device.
+    host_lengths : numpy.ndarray
+        The same, counting pages held on the device or the host.
     tree_length : int
         How much of the key is in the tree at all.
     """
 
     cdef cnp.ndarray _lengths
+    # None when the tree held no host page at the match: the host lengths are
+    # then the device lengths, copied on first use rather than on every match.
+    cdef object _host_lengths
     cdef object _tree_length
     cdef tuple _slots
 
     @property
     def lengths(self):
-        """``int64`` array indexed by worker index: each worker's matched tokens."""
+        """``int64`` array indexed by worker index: each worker's matched tokens on the device."""
         return self._lengths
+
+    @property
+    def host_lengths(self):
+        """``int64`` array indexed by worker index: matched tokens held on the device or the host."""
+        if self._host_lengths is None:
+            self._host_lengths = self._lengths.copy()
+        return self._host_lengths
 
     @property
     def tree_length(self):
         """How much of the key is in the tree at all (held by anyone, or leading to held pages)."""
         return self._tree_length
 
-    def length_of(self, worker):
-        """Matched tokens of ``worker`` (a worker that was live at the match)."""
-        if _is_live(self._slots, worker):
-            return int(self._lengths[worker.index])
-        return int(self._lengths[resolve_in(self._slots, worker)])
+    def length_of(self, worker, *, tier=0):
+        """Matched tokens of ``worker`` (live at the match): on the device, or with ``tier=1``
+        on the device or the host."""
+        cdef Py_ssize_t index = worker.index if _is_live(self._slots, worker) else resolve_in(
+            self._slots, worker)
+        lengths = self._lengths if tier is 0 or _blocks.check_tier(tier) == 0 else self.host_lengths
+        return int(lengths[index])
 
     def best(self):
         """``(WorkerId, length)`` of the longest match, lowest index on ties; None without workers."""
@@ -287,14 +317,18 @@ cdef class MetaCore:
     # the core freed, and the one it asked for if the call created no root.
 
     cdef inline uint32_t _namespace_id(self, object namespace, bint create) except? 0xFFFFFFFF:
+        if namespace is None:  # the common case, before any try block is set up
+            return 0
         try:
             return self._namespaces.lookup(namespace, create)
         except TypeError:
             check_namespace(namespace)  # the library's error for an unhashable one
             raise
 
-    cdef int _settle_namespaces(self, uint32_t asked) except -1:
+    cdef inline int _settle_namespaces(self, uint32_t asked) except -1:
         cdef MetaTree* tree = self._tree.get()
+        if asked == 0 and not tree.has_dropped_namespaces():
+            return 0  # the common case: nothing to recycle
         cdef vector[uint32_t] dropped
         if tree.has_dropped_namespaces():
             dropped = tree.take_dropped_namespaces()
@@ -340,10 +374,12 @@ cdef class MetaCore:
         with self._lock:
             return self._table.capacities[self._index(worker)]
 
-    def held_tokens(self, worker):
-        """Tokens the worker holds."""
+    def held_tokens(self, worker, *, tier=0):
+        """Tokens the worker holds on ``tier`` (the device by default)."""
+        cdef uint32_t w
         with self._lock:
-            return self._tree.get().held_tokens(self._index(worker))
+            w = self._index(worker)
+            return self._tree.get().held_tokens(w, 0 if tier is 0 else _blocks.check_tier(tier))
 
     # -- token paths -----------------------------------------------------------------
 
@@ -359,18 +395,18 @@ cdef class MetaCore:
             raise InvalidInputError(f"start = {value} is beyond the key's {whole} whole-page tokens")
         return value
 
-    def insert(self, key, worker, *, start=0, extras=None, namespace=None):
+    def insert(self, key, worker, *, start=0, tier=0, extras=None, namespace=None):
         """Mark the pages of ``key`` from ``start`` on as held by ``worker``; returns pages newly marked."""
         with self._lock:
-            return self._path_op(key, worker, start, extras, namespace, True)
+            return self._path_op(key, worker, start, tier, extras, namespace, True)
 
-    def remove(self, key, worker, *, start=0, extras=None, namespace=None):
+    def remove(self, key, worker, *, start=0, tier=0, extras=None, namespace=None):
         """Unmark the pages of ``key`` from ``start`` on for ``worker``; returns pages unmarked."""
         with self._lock:
-            return self._path_op(key, worker, start, extras, namespace, False)
+            return self._path_op(key, worker, start, tier, extras, namespace, False)
 
-    cdef object _path_op(self, object key, object worker, object start, object extras,
-                         object namespace, bint marking):
+    cdef object _path_op(self, object key, object worker, object start, object tier,
+                         object extras, object namespace, bint marking):
         cdef uint32_t w = self._index(worker)  # first: a stale worker is the error to report
         cdef const uint32_t* data
         cdef const uint64_t* tags
@@ -379,14 +415,17 @@ cdef class MetaCore:
         cdef vector[uint64_t] tag_scratch
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef uint64_t s = self._start(start, n)
-        tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE, &tag_scratch,
-                               &tags)
+        cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
+        tags = NULL
+        if extras is not None:
+            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                   &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, marking)
         try:
             w = self._index(worker)  # conversion may have run code that removed it
             if marking:
-                return self._tree.get().insert(ns, data, n, tags, w, s)
-            return self._tree.get().remove(ns, data, n, tags, w, s)
+                return self._tree.get().insert(ns, data, n, tags, w, s, t)
+            return self._tree.get().remove(ns, data, n, tags, w, s, t)
         finally:
             self._settle_namespaces(ns)
 
@@ -406,16 +445,23 @@ cdef class MetaCore:
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
+        cdef MetaTree* tree = self._tree.get()
         cdef cnp.ndarray lengths = _new_int64(count)
-        cdef uint64_t found = self._tree.get().match(
-            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), count)
+        cdef cnp.ndarray host = None
+        cdef int64_t* host_data = NULL
+        if tree.host_marks():
+            host = _new_int64(count)
+            host_data = <int64_t*>cnp.PyArray_DATA(host)
+        cdef uint64_t found = tree.match(
+            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
         result._lengths = lengths
+        result._host_lengths = host
         result._tree_length = found
         result._slots = slots
         return result
 
-    def match_many(self, keys, *, touch=False, extras=None, namespace=None):
+    def match_many(self, keys, *, touch=False, tier=0, extras=None, namespace=None):
         """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -429,6 +475,7 @@ cdef class MetaCore:
         converted = [_owned_tokens(k) for k in rows]
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
         cdef uint32_t page = self._tree.get().page_size()
         tag_rows = _per_key_tags(extras, len(converted))
         owned_tags = [
@@ -443,10 +490,19 @@ cdef class MetaCore:
         cdef cnp.ndarray out = cnp.PyArray_ZEROS(2, dims, cnp.NPY_INT64, 0)
         cdef int64_t* base = <int64_t*>cnp.PyArray_DATA(out)
         cdef vector[uint32_t] scratch
+        cdef vector[int64_t] device  # tier 1: the device lengths go here, the rows get the others
+        cdef MetaTree* tree = self._tree.get()
+        cdef bint either = t == 1 and tree.host_marks() != 0
+        if either:
+            device.resize(count)
         for row in range(len(converted)):
             owner = _load_tokens(converted[row], &scratch, &data, &n)
-            self._tree.get().match(ns, data, n, _tags_of(owned_tags[row]), touch,
-                                   base + row * count, count)
+            if either:
+                tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, device.data(),
+                           base + row * count, count)
+            else:
+                tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, base + row * count,
+                           NULL, count)
         return out
 
     def items(self, worker=None):
@@ -463,7 +519,7 @@ cdef class MetaCore:
             table = self._table.slots
             nodes = tree.nodes_in_order()
             for k in range(nodes.size()):
-                if not only or tree.holds(w, nodes[k]):
+                if not only or tree.holds(w, nodes[k], 0) or tree.holds(w, nodes[k], 1):
                     kept.push_back(nodes[k])
             # Read out under the lock: another thread may change the tree once it is released.
             self._read_records(kept, False, len(table), &records)
@@ -474,9 +530,13 @@ cdef class MetaCore:
         """Records ``(key, start)`` that rebuild exactly what ``worker`` holds, via ``insert``."""
         cdef vector[uint32_t] nodes
         cdef _NodeRecords records
+        cdef uint32_t w, tier
         with self._lock:
-            nodes = self._tree.get().held_in_order(self._index(worker))
-            self._read_records(nodes, True, 0, &records)
+            w = self._index(worker)
+            for tier in range(2):  # the device's records first (an approximate one's recency)
+                nodes = self._tree.get().held_in_order(w, tier)
+                self._read_records(nodes, True, 0, &records)
+                records.tiers.resize(records.ends.size(), tier)
             names = dict(self._namespaces.names)
         return _records_as_dump(&records, names)
 
@@ -503,6 +563,10 @@ cdef class MetaCore:
                     if tree.node(x).holders.test(i):
                         out.holders.push_back(i)
                 out.holder_ends.push_back(out.holders.size())
+                for i in range(slots):
+                    if tree.node(x).host.test(i):
+                        out.holders.push_back(i)
+                out.host_ends.push_back(out.holders.size())
 
     # -- engine block events -------------------------------------------------------
 
@@ -522,24 +586,25 @@ cdef class MetaCore:
         cdef const uint64_t* tags
         cdef const uint32_t* tokens
         cdef size_t n_blocks, n_tokens
-        if not (type(tier) is int and tier == 0):
-            _blocks.check_tier(tier)
+        cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
         cdef bint has_parent = parent_hash is not None
         cdef uint64_t parent = _parent_value(parent_hash) if has_parent else 0
         hash_owner = _load_hashes(block_hashes, &hash_scratch, &hashes, &n_blocks)
         token_owner = _load_tokens(token_ids, &token_scratch, &tokens, &n_tokens)
-        tag_owner = _load_tags(extras, n_blocks, _PER_BLOCK, &tag_scratch, &tags)
+        tags = NULL
+        if extras is not None:
+            tag_owner = _load_tags(extras, n_blocks, _PER_BLOCK, &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, True)
         try:
             w = self._index(worker)  # conversion may have run code that removed it
             return self._checked_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens,
-                                        n_tokens, tags)
+                                        n_tokens, tags, t)
         finally:
             self._settle_namespaces(ns)
 
     cdef object _checked_stored(self, uint32_t w, uint32_t ns, bint has_parent, uint64_t parent,
                                 const uint64_t* hashes, size_t n_blocks, const uint32_t* tokens,
-                                size_t n_tokens, const uint64_t* tags):
+                                size_t n_tokens, const uint64_t* tags, uint32_t tier):
         """Check converted stored-event arguments against the tree, then apply them whole."""
         cdef MetaTree* tree = self._tree.get()
         cdef uint32_t page = tree.page_size()
@@ -559,7 +624,7 @@ cdef class MetaCore:
             if check.code == kRenamed:
                 raise _blocks.renamed_block(who, check.index, h, check.other)
             raise _blocks.names_other_page(who, check.index, h)
-        return tree.apply_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens, tags)
+        return tree.apply_stored(w, ns, has_parent, parent, hashes, n_blocks, tokens, tags, tier)
 
     def apply_removed(self, worker, block_hashes, *, tier=0):
         """Apply a KV ``BlockRemoved`` event; unknown hashes are skipped. Returns pages unmarked."""
@@ -571,20 +636,23 @@ cdef class MetaCore:
         cdef const uint64_t* hashes
         cdef size_t n_blocks
         cdef vector[uint64_t] scratch
-        if not (type(tier) is int and tier == 0):
-            _blocks.check_tier(tier)
+        cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
         owner = _load_hashes(block_hashes, &scratch, &hashes, &n_blocks)
         w = self._index(worker)  # conversion may have run code that removed it
         try:
-            return self._tree.get().apply_removed(w, hashes, n_blocks)
+            return self._tree.get().apply_removed(w, hashes, n_blocks, t)
         finally:
             self._settle_namespaces(0)
 
-    def apply_cleared(self, worker):
-        """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing. Returns tokens unmarked."""
+    def apply_cleared(self, worker, *, tier=None):
+        """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing (on ``tier``, or on
+        either when None). Returns tokens unmarked."""
+        cdef uint32_t w
         with self._lock:
+            w = self._index(worker)
+            mask = _tier_mask(tier)
             try:
-                return self._tree.get().clear_worker(self._index(worker))
+                return self._tree.get().clear_worker(w, mask)
             finally:
                 self._settle_namespaces(0)
 
@@ -642,37 +710,42 @@ cdef class MetaCore:
             hashes = _owned_hashes(record[3])
             tokens = _owned_tokens(record[4])
             tags = None
+            tier = 0
             if options:
+                tier = _blocks.check_tier(options.get("tier", 0))
                 tags = _owned_tags(options.get("extras"), len(hashes), _PER_BLOCK, "extras")
                 ns = self._namespace_id(options.get("namespace"), True)
                 asked.append(ns)
-            return ("stored", record[1], has_parent, parent, hashes, tokens, ns, tags)
+            return ("stored", record[1], has_parent, parent, hashes, tokens, ns, tags, tier)
         if kind == "removed" and (size == 3 or size == 4):
             self._index(record[1])
+            tier = 0  # the plain record: no Python call on this hot path
             if size == 4:
-                _blocks.record_options(kind, record[3], record)
-            return ("removed", record[1], _owned_hashes(record[2]))
+                options = _blocks.record_options(kind, record[3], record)
+                tier = _blocks.check_tier(options.get("tier", 0))
+            return ("removed", record[1], _owned_hashes(record[2]), tier)
         if kind == "cleared" and (size == 2 or size == 3):
             self._index(record[1])
+            mask = kAllTiers
             if size == 3:
-                _blocks.record_options(kind, record[2], record)
-            return ("cleared", record[1])
+                mask = _tier_mask(_blocks.record_options(kind, record[2], record).get("tier"))
+            return ("cleared", record[1], mask)
         raise _blocks.not_a_record(record)
 
     cdef object _apply_prepared(self, tuple step):
         cdef uint32_t w = self._index(step[1])
         cdef cnp.ndarray hashes, tokens
         if step[0] == "cleared":
-            return self._tree.get().clear_worker(w)
+            return self._tree.get().clear_worker(w, step[2])
         hashes = <cnp.ndarray>step[2 if step[0] == "removed" else 4]
         if step[0] == "removed":
             return self._tree.get().apply_removed(
-                w, <const uint64_t*>cnp.PyArray_DATA(hashes), cnp.PyArray_DIM(hashes, 0))
+                w, <const uint64_t*>cnp.PyArray_DATA(hashes), cnp.PyArray_DIM(hashes, 0), step[3])
         tokens = <cnp.ndarray>step[5]
         return self._checked_stored(
             w, step[6], step[2], step[3], <const uint64_t*>cnp.PyArray_DATA(hashes),
             cnp.PyArray_DIM(hashes, 0), <const uint32_t*>cnp.PyArray_DATA(tokens),
-            cnp.PyArray_DIM(tokens, 0), _tags_of(step[7]))
+            cnp.PyArray_DIM(tokens, 0), _tags_of(step[7]), step[8])
 
     # -- whole tree ----------------------------------------------------------------------
 

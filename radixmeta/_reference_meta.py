@@ -29,6 +29,9 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 * **Namespaces** each have a root of their own (None's always exists); any
   other namespace has one only while it holds a page, created by its first
   page and dropped with its last node.
+* **Tiers.** ``holders`` hold a node on the device (tier 0), ``host`` on the
+  host (tier 1); a node lives while either has a worker. Recency, capacity and
+  eviction are the device's; a worker names a page while it holds it on any tier.
 * **Extra tags.** A page is its tokens and its tag (0 for none). A tagged page
   is always a node of one page carrying the tag; a node of several pages is
   untagged. Children are keyed by (first page, tag); children sort by that key.
@@ -75,7 +78,16 @@ class _MetaNode:
     """One node: a run of whole pages and the workers holding all of them."""
 
     __slots__ = (
-        "parent", "label", "tag", "children", "holders", "stamps", "hashes", "depth", "namespace"
+        "parent",
+        "label",
+        "tag",
+        "children",
+        "holders",
+        "host",
+        "stamps",
+        "hashes",
+        "depth",
+        "namespace",
     )
 
     def __init__(
@@ -92,7 +104,8 @@ class _MetaNode:
         self.tag = tag  # the extra tag of the node's one page; 0 for an untagged node
         # keyed by (the child's first page, its tag)
         self.children: dict[tuple[Tokens, int], _MetaNode] = {}
-        self.holders: set[int] = set()  # worker indices
+        self.holders: set[int] = set()  # worker indices holding the node on the device
+        self.host: set[int] = set()  # ... and on the host
         self.stamps: dict[int, int] = {}  # approximate holders -> last access
         self.hashes: dict[int, int] = {}  # worker index -> block hash naming this page
         self.depth = depth  # tokens from the root to the END of this node
@@ -105,37 +118,52 @@ class MetaMatch:
     ----------
     lengths : numpy.ndarray
         ``int64`` array indexed by worker index: each worker's matched tokens
-        (0 for free indices).
+        (0 for free indices), counting pages held on the device.
+    host_lengths : numpy.ndarray
+        The same, counting pages held on the device or the host.
     tree_length : int
         How much of the key is in the tree at all.
     """
 
-    __slots__ = ("_lengths", "_tree_length", "_slots")
+    __slots__ = ("_lengths", "_host_lengths", "_tree_length", "_slots")
 
     def __init__(
-        self, lengths: npt.NDArray[np.int64], tree_length: int, slots: tuple[WorkerId | None, ...]
+        self,
+        lengths: npt.NDArray[np.int64],
+        host_lengths: npt.NDArray[np.int64],
+        tree_length: int,
+        slots: tuple[WorkerId | None, ...],
     ) -> None:
         self._lengths = lengths
+        self._host_lengths = host_lengths
         self._tree_length = tree_length
         self._slots = slots
 
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
-        """Matched tokens per worker index (``int64``; 0 for free indices)."""
+        """Matched tokens per worker index on the device (``int64``; 0 for free indices)."""
         return self._lengths
+
+    @property
+    def host_lengths(self) -> npt.NDArray[np.int64]:
+        """Matched tokens per worker index held on the device or the host (``int64``)."""
+        return self._host_lengths
 
     @property
     def tree_length(self) -> int:
         """How much of the key is in the tree at all (held, or leading to held pages)."""
         return self._tree_length
 
-    def length_of(self, worker: WorkerId) -> int:
+    def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker``, which must have been live when the match was made.
 
         Parameters
         ----------
         worker : WorkerId
             A worker of the tree that was live at the time of the match.
+        tier : int, default 0
+            0: pages held on the device (``lengths``); 1: on the device or the
+            host (``host_lengths``).
 
         Returns
         -------
@@ -144,11 +172,15 @@ class MetaMatch:
         Raises
         ------
         InputTypeError
-            ``worker`` is not a ``WorkerId``.
+            ``worker`` is not a ``WorkerId``, or ``tier`` not an integer.
         StaleWorkerError
             ``worker`` was not live at the time of the match.
+        InvalidInputError
+            ``tier`` is not 0 or 1.
         """
-        return int(self.lengths[resolve_in(self._slots, worker)])
+        index = resolve_in(self._slots, worker)
+        lengths = self.lengths if _blocks.check_tier(tier) == 0 else self.host_lengths
+        return int(lengths[index])
 
     def best(self) -> tuple[WorkerId, int] | None:
         """The live worker with the greatest length (lowest index on ties) and that length.
@@ -181,7 +213,8 @@ class MetaCore:
         self._roots: dict[Hashable, _MetaNode] = {None: _MetaNode(None, (), 0, None)}
         self._clock = 0
         self._nodes = 0
-        self._held: list[int] = []  # tokens held, per worker index
+        self._held: list[int] = []  # tokens held on the device, per worker index
+        self._host_held: list[int] = []  # ... and on the host
         self._blocks: list[dict[int, _MetaNode]] = []  # block hash -> node, per worker index
 
     # -- properties ---------------------------------------------------------------------
@@ -239,8 +272,9 @@ class MetaCore:
         worker = self._table.add(name, dp_rank, capacity)
         while len(self._held) <= worker.index:
             self._held.append(0)
+            self._host_held.append(0)
             self._blocks.append({})
-        self._held[worker.index] = 0
+        self._held[worker.index] = self._host_held[worker.index] = 0
         self._blocks[worker.index] = {}
         return worker
 
@@ -263,7 +297,7 @@ class MetaCore:
             ``worker`` is not a live worker of this tree.
         """
         index = self._table.resolve(worker)
-        tokens = self._drop_all(index)
+        tokens = self._drop_all(index, (0, 1))
         self._table.remove(worker)
         return tokens
 
@@ -284,9 +318,10 @@ class MetaCore:
         return self._table.capacities[self._table.resolve(worker)]
 
     @atomic
-    def held_tokens(self, worker: WorkerId) -> int:
-        """Tokens the worker holds."""
-        return self._held[self._table.resolve(worker)]
+    def held_tokens(self, worker: WorkerId, *, tier: int = 0) -> int:
+        """Tokens the worker holds on ``tier``: 0 the device (the default), 1 the host."""
+        index = self._table.resolve(worker)
+        return (self._held if _blocks.check_tier(tier) == 0 else self._host_held)[index]
 
     # -- token paths ------------------------------------------------------------------------
     def _key_and_start(self, key: Any, start: Any) -> tuple[Tokens, int, int]:
@@ -334,10 +369,11 @@ class MetaCore:
         worker: WorkerId,
         *,
         start: int = 0,
+        tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
-        """Mark the pages of ``key`` from token ``start`` on as held by ``worker``.
+        """Mark the pages of ``key`` from token ``start`` on as held by ``worker`` on ``tier``.
 
         The pages before ``start`` enter the tree as structure if they are
         missing, held by nobody new. An approximate worker's pages of the key
@@ -350,6 +386,9 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        tier : int, default 0
+            0: the device; 1: the host (pages a worker keeps off the device:
+            counted by ``host_lengths``, never by an approximate capacity).
         extras : sequence of int, 1-D integer array, or None
             One extra tag per whole page of the key, in ``[0, 2**64)``: what
             the engine hashed besides the tokens (multimodal inputs); pages
@@ -367,10 +406,11 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key, start, extras or namespace; nothing changes.
+            A bad worker, key, start, tier, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tier = _blocks.check_tier(tier)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
@@ -380,7 +420,8 @@ class MetaCore:
             if start >= n:
                 return 0  # nothing to mark: an empty namespace costs nothing
             root = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
-        approximate = self._approximate(index)
+        # Recency and capacity are the device's: host marks neither cut nor evict.
+        approximate = self._approximate(index) and tier == 0
         p = self._page_size
         newly = 0
         node, pos = root, 0
@@ -391,7 +432,7 @@ class MetaCore:
                 missing = True
                 break
             m = self._common(child.label, toks, pos, n, tags)
-            holds = index in child.holders
+            holds = index in self._tier(child, tier)
             if m < len(child.label) and pos + m < n and (start < n or (approximate and holds)):
                 # A new branch hangs here, or the worker's recency differs on the two parts.
                 child = self._cut(child, m)
@@ -403,7 +444,7 @@ class MetaCore:
                         self._cut(child, lo - pos)  # child keeps [lo, end)
                     if hi < end:
                         child = self._cut(child, hi - lo)  # the new upper node is [lo, hi)
-                    self._mark(child, index)
+                    self._mark(child, index, tier)
                     newly += (hi - lo) // p
             elif approximate and n < end:
                 child = self._cut(child, len(child.label) - (end - n))  # recency differs
@@ -412,9 +453,9 @@ class MetaCore:
             node, pos = child, child.depth
         if missing and start < n:
             if pos < start:
-                node = self._new_path(node, toks, pos, start, tags, None)  # held by nobody new
+                node = self._new_path(node, toks, pos, start, tags, None, tier)  # nobody new
                 pos = start
-            self._new_path(node, toks, pos, n, tags, index)
+            self._new_path(node, toks, pos, n, tags, index, tier)
             newly += (n - pos) // p
         if approximate:
             self._refresh_path(index, root, toks, n, tags)
@@ -428,10 +469,11 @@ class MetaCore:
         worker: WorkerId,
         *,
         start: int = 0,
+        tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
-        """Unmark the pages of ``key`` from token ``start`` on for ``worker``.
+        """Unmark the pages of ``key`` from token ``start`` on for ``worker`` on ``tier``.
 
         Pages the worker does not hold are skipped, so repeating a remove is
         harmless. Nodes left with no holders and no children are freed.
@@ -442,6 +484,9 @@ class MetaCore:
         worker : WorkerId
         start : int, default 0
             A multiple of ``page_size``, at most the key's whole-page length.
+        tier : int, default 0
+            0: the device; 1: the host (pages a worker keeps off the device:
+            counted by ``host_lengths``, never by an approximate capacity).
         extras : sequence of int, 1-D integer array, or None
             One extra tag per whole page of the key, in ``[0, 2**64)``: what
             the engine hashed besides the tokens (multimodal inputs); pages
@@ -459,10 +504,11 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError, StaleWorkerError
-            A bad worker, key, start, extras or namespace; nothing changes.
+            A bad worker, key, start, tier, extras or namespace; nothing changes.
         """
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tier = _blocks.check_tier(tier)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         index = self._table.resolve(worker)  # conversion may have run code that removed it
@@ -476,14 +522,14 @@ class MetaCore:
             m = self._common(child.label, toks, pos, n, tags)
             end = pos + len(child.label)
             through = m == len(child.label)
-            if index in child.holders:
+            if index in self._tier(child, tier):
                 lo, hi = max(start, pos), pos + m  # the key's pages inside this node
                 if lo < hi:
                     if lo > pos:
                         self._cut(child, lo - pos)
                     if hi < end:
                         child = self._cut(child, hi - lo)
-                    self._unmark(child, index)
+                    self._unmark(child, index, tier)
                     removed += (hi - lo) // p
             if not through:
                 break
@@ -530,7 +576,13 @@ class MetaCore:
 
     @atomic
     def match_many(
-        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+        self,
+        keys: Any,
+        *,
+        touch: bool = False,
+        tier: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
@@ -538,6 +590,9 @@ class MetaCore:
         ----------
         keys : sequence of keys, or 2-D integer array (one key per row)
         touch : bool, default False
+        tier : int, default 0
+            Which lengths: 0, of pages held on the device (``MetaMatch.lengths``);
+            1, on the device or the host (``MetaMatch.host_lengths``).
         extras : sequence, 2-D integer array, or None
             One entry per key: its extra tags (as ``match`` takes them) or None.
         namespace : hashable, default None
@@ -567,12 +622,14 @@ class MetaCore:
             rows = list(keys)
         converted = [_keys.tokens(row) for row in rows]
         touch = _check_touch(touch)
+        tier = _blocks.check_tier(tier)
         per_key = _keys.per_key_tags(extras, len(converted))
         tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, tags[r], touch, namespace).lengths
+            m = self._match(toks, tags[r], touch, namespace)
+            out[r] = m.lengths if tier == 0 else m.host_lengths
         return out
 
     def _key_tags(self, extras: Any, toks: Tokens, name: str = "extras") -> Tags:
@@ -584,7 +641,9 @@ class MetaCore:
         n = len(toks) - len(toks) % p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
+        host_lengths = np.zeros(len(slots), dtype=np.int64)
         counting = {i for i, w in enumerate(slots) if w is not None}
+        either = set(counting)  # still counting pages held on the device or the host
         path: list[_MetaNode] = []
         node, pos = self._roots.get(namespace), 0
         partial = False
@@ -596,6 +655,9 @@ class MetaCore:
             counting &= child.holders
             for i in counting:
                 lengths[i] += m
+            either &= child.holders | child.host
+            for i in either:
+                host_lengths[i] += m
             path.append(child)
             pos += m
             if m < len(child.label):
@@ -615,7 +677,7 @@ class MetaCore:
                     if x.depth > lengths[i]:
                         break
                     x.stamps[i] = self._clock
-        return MetaMatch(lengths, pos, slots)
+        return MetaMatch(lengths, host_lengths, pos, slots)
 
     # -- engine block events ----------------------------------------------------------------
     @atomic
@@ -642,7 +704,8 @@ class MetaCore:
         token_ids : sequence of int or 1-D integer array
             Exactly ``len(block_hashes) * page_size`` tokens.
         tier : int, default 0
-            Only the device tier (0) is modelled.
+            0: the worker holds the blocks on the device; 1: on the host (vLLM's
+            ``medium="CPU"``, SGLang's HiCache). A worker may hold a block on both.
         extras : sequence of int, 1-D integer array, or None
             One extra tag per block, in ``[0, 2**64)``: what the engine hashed
             besides the tokens (multimodal inputs); None means every tag is 0.
@@ -661,8 +724,7 @@ class MetaCore:
             The event is refused whole; nothing changes.
         """
         self._table.resolve(worker)  # first: a stale worker is the error to report
-        _blocks.check_tier(tier)
-        options = {"extras": extras, "namespace": namespace}
+        options = {"tier": _blocks.check_tier(tier), "extras": extras, "namespace": namespace}
         return self._store(
             *self._converted_stored(worker, parent_hash, block_hashes, token_ids, options)
         )
@@ -674,19 +736,20 @@ class MetaCore:
         block_hashes: Any,
         token_ids: Any,
         options: dict[str, Any],
-    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...], Tags, Hashable]:
+    ) -> tuple[WorkerId, int | None, list[int], tuple[int, ...], Tags, Hashable, int]:
         """A stored event's arguments (``options``: its keyword arguments), converted and
         checked for shape (no tree read)."""
         self._table.resolve(worker)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
+        tier = _blocks.check_tier(options.get("tier", 0))
         tags = _keys.tags(options.get("extras"), len(hashes), _keys.PER_BLOCK)
         namespace = _keys.check_namespace(options.get("namespace"))
         p = self._page_size
         if len(toks) != len(hashes) * p:
             raise _blocks.bad_token_count(len(toks), len(hashes), p)
-        return worker, parent, hashes, toks, tags, namespace
+        return worker, parent, hashes, toks, tags, namespace, tier
 
     def _store(
         self,
@@ -696,6 +759,7 @@ class MetaCore:
         toks: tuple[int, ...],
         tags: Tags,
         namespace: Hashable,
+        tier: int,
     ) -> int:
         """Check a converted stored event against the tree, then apply it whole."""
         index = self._table.resolve(worker)  # conversion may have run code that removed it
@@ -743,12 +807,12 @@ class MetaCore:
                 child = self._new_leaf(node, page, block_tags[i])
             elif len(child.label) > p:
                 child = self._cut(child, p)
-            if index not in child.holders:
-                self._mark(child, index)
+            if index not in self._tier(child, tier):
+                self._mark(child, index, tier)
                 newly += 1
             self._bind(child, index, h)
             node = child
-        if self._approximate(index):
+        if self._approximate(index) and tier == 0:  # a host event is no use of the device
             walk: _MetaNode | None = node
             while walk is not None and walk.parent is not None:
                 if index in walk.holders:
@@ -761,11 +825,15 @@ class MetaCore:
     def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
         """Apply a KV ``BlockRemoved`` event; hashes the worker does not hold are skipped.
 
+        A hash is found in whichever namespace holds it (removals carry no LoRA or salt).
+
         Parameters
         ----------
         worker : WorkerId
         block_hashes : sequence of int or 1-D integer array
         tier : int, default 0
+            The tier the blocks leave; a block the worker still holds on the
+            other tier keeps its hash.
 
         Returns
         -------
@@ -778,32 +846,40 @@ class MetaCore:
             A bad worker, tier or hash; nothing changes.
         """
         self._table.resolve(worker)
-        _blocks.check_tier(tier)
-        return self._unstore(worker, _blocks.block_hashes(block_hashes))
+        tier = _blocks.check_tier(tier)
+        return self._unstore(worker, _blocks.block_hashes(block_hashes), tier)
 
-    def _unstore(self, worker: WorkerId, hashes: list[int]) -> int:
+    def _unstore(self, worker: WorkerId, hashes: list[int], tier: int) -> int:
         """Apply a converted removed event."""
         index = self._table.resolve(worker)  # conversion may have run code that removed it
         bmap = self._blocks[index]
         removed = 0
         for h in hashes:
             node = bmap.get(h)
-            if node is not None:
-                self._unmark(node, index)
+            if node is not None and index in self._tier(node, tier):
+                self._unmark(node, index, tier)
                 removed += 1
         self._free_unused()
         return removed
 
     @atomic
-    def apply_cleared(self, worker: WorkerId) -> int:
+    def apply_cleared(self, worker: WorkerId, *, tier: int | None = None) -> int:
         """Apply a KV ``AllBlocksCleared`` event: the worker holds nothing any more.
+
+        Parameters
+        ----------
+        worker : WorkerId
+        tier : int or None, default None
+            The tier that is cleared; None (what an ``AllBlocksCleared`` event
+            means) clears both.
 
         Returns
         -------
         int
             Tokens unmarked (token-path marks included).
         """
-        return self._drop_all(self._table.resolve(worker))
+        index = self._table.resolve(worker)
+        return self._drop_all(index, _blocks.check_tiers(tier))
 
     @atomic
     def apply_events(self, records: Any) -> npt.NDArray[np.int8]:
@@ -820,7 +896,8 @@ class MetaCore:
             ``("stored", worker, parent_hash, block_hashes, token_ids)``,
             ``("removed", worker, block_hashes)`` or ``("cleared", worker)``,
             each optionally followed by a dict of the keyword arguments of the
-            method it stands for (a stored record's ``{"namespace": ...}``).
+            method it stands for (a stored record's ``{"tier": 1, "extras": ...,
+            "namespace": ...}``, a removed or cleared record's ``{"tier": 1}``).
 
         Returns
         -------
@@ -868,8 +945,11 @@ class MetaCore:
                     converted = self._converted_stored(worker, parent, hashes, tokens, options)
                     return (self._store, *converted)
                 if kind == "removed":
-                    return (self._unstore, record[1], _blocks.block_hashes(record[2]))
-                return (self.apply_cleared, record[1])
+                    hashes = _blocks.block_hashes(record[2])
+                    tier = _blocks.check_tier(options.get("tier", 0))
+                    return (self._unstore, record[1], hashes, tier)
+                tiers = _blocks.check_tiers(options.get("tier"))
+                return (self._clear, record[1], tiers)
         raise _blocks.not_a_record(record)
 
     # -- whole tree -----------------------------------------------------------------------------
@@ -895,10 +975,11 @@ class MetaCore:
         slots = self._table.slots
         out: list[MetaItem] = []
         for node, path in self._in_order():
-            if index is None or index in node.holders:
+            if index is None or index in node.holders or index in node.host:
                 holders = tuple(w for i in sorted(node.holders) if (w := slots[i]) is not None)
+                host = tuple(w for i in sorted(node.host) if (w := slots[i]) is not None)
                 key = np.array(path, dtype=np.uint32)
-                out.append(MetaItem(key, holders, node.namespace, self._extras(node)))
+                out.append(MetaItem(key, holders, node.namespace, self._extras(node), host))
         return out
 
     @atomic
@@ -914,14 +995,17 @@ class MetaCore:
         held = [(node, path) for node, path in self._in_order() if index in node.holders]
         if self._approximate(index):
             held.sort(key=lambda entry: (entry[0].stamps[index], -entry[0].depth))
+        host = [(node, path) for node, path in self._in_order() if index in node.host]
         return [
             DumpRecord(
                 np.array(path, dtype=np.uint32),
                 node.depth - len(node.label),
                 node.namespace,
                 self._extras(node),
+                tier,
             )
-            for node, path in held
+            for tier, records in enumerate((held, host))  # the device's first: its recency
+            for node, path in records
         ]
 
     @atomic
@@ -936,7 +1020,8 @@ class MetaCore:
         total += sum(sys.getsizeof(bmap) for bmap in self._blocks)
         for node in self._all_nodes():
             total += sys.getsizeof(node) + sys.getsizeof(node.label) + sys.getsizeof(node.children)
-            total += sys.getsizeof(node.holders) + sys.getsizeof(node.stamps)
+            total += sys.getsizeof(node.holders) + sys.getsizeof(node.host)
+            total += sys.getsizeof(node.stamps)
             total += sys.getsizeof(node.hashes)
         return total
 
@@ -952,9 +1037,11 @@ class MetaCore:
                 and root.namespace == namespace,
                 "a root is malformed",
             )
-            _require(not root.holders and not root.stamps and not root.hashes, "a root is held")
+            held_root = root.holders or root.host or root.stamps or root.hashes
+            _require(not held_root, "a root is held")
             _require(namespace is None or bool(root.children), "an emptied namespace kept its root")
         held = [0] * len(self._held)
+        host_held = [0] * len(self._held)
         stamp_keys: list[set[tuple[int, int]]] = [set() for _ in self._held]
         reachable: set[int] = set()
         nodes = 0
@@ -974,7 +1061,13 @@ class MetaCore:
             _require(not node.tag or len(label) == p, "a tagged page is not a one-page node")
             _require(node.depth == parent.depth + len(label), "a depth is wrong")
             _require(node.namespace == parent.namespace, "a node is in another namespace")
-            _require(bool(node.holders or node.children), "a node has no holders and no children")
+            _require(
+                bool(node.holders or node.host or node.children),
+                "a node has no holders and no children",
+            )
+            for i in node.host:
+                _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
+                host_held[i] += len(label)
             for i in node.holders:
                 _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
                 held[i] += len(label)
@@ -984,14 +1077,17 @@ class MetaCore:
             _require(set(node.stamps) <= node.holders, "a stamp of a worker that does not hold it")
             _require(all(self._approximate(i) for i in node.stamps), "an exact worker has a stamp")
             for i, h in node.hashes.items():
-                _require(i in node.holders, "a hash of a worker that does not hold the page")
+                holds = i in node.holders or i in node.host
+                _require(holds, "a hash of a worker that does not hold the page")
                 _require(len(label) == p, "a hashed page is not a one-page node")
                 _require(self._blocks[i].get(h) is node, "a node's hash does not map back to it")
         _require(nodes == self._nodes, "node_count is wrong")
         for i, tokens in enumerate(held):
             _require(self._held[i] == tokens, "a worker's held tokens are wrong")
+            _require(self._host_held[i] == host_held[i], "a worker's host tokens are wrong")
             live = i < len(slots) and slots[i] is not None
-            _require(live or (tokens == 0 and not self._blocks[i]), "a dead worker holds pages")
+            gone = tokens == 0 and host_held[i] == 0 and not self._blocks[i]
+            _require(live or gone, "a dead worker holds pages")
             for h, node in self._blocks[i].items():
                 _require(id(node) in reachable, "a block hash names a freed node")
                 _require(node.hashes.get(i) == h, "a block hash names a node not bound to it")
@@ -1040,7 +1136,7 @@ class MetaCore:
         root = self._roots.get(namespace)
         whole = bool(toks) and len(toks) % p == 0
         node = self._find_page(root, toks, tags) if root is not None and whole else None
-        if node is None or index not in node.holders:
+        if node is None or (index not in node.holders and index not in node.host):
             msg = "the worker holds no page ending at the end of key"
             raise InvalidInputError(msg)
         length = len(toks)
@@ -1073,6 +1169,7 @@ class MetaCore:
         table = WorkerTable.from_state(state)
         self._table = table
         self._held = [0] * len(table.capacities)
+        self._host_held = [0] * len(table.capacities)
         self._blocks = [{} for _ in table.capacities]
 
     # -- helpers ------------------------------------------------------------------------------
@@ -1145,6 +1242,7 @@ class MetaCore:
         assert not node.hashes and not node.tag, "a one-page node is never cut"
         upper = _MetaNode(parent, node.label[:m], node.depth - len(node.label) + m, node.namespace)
         upper.holders = set(node.holders)
+        upper.host = set(node.host)
         upper.stamps = dict(node.stamps)
         parent.children[node.label[:p], 0] = upper
         node.label = node.label[m:]
@@ -1160,11 +1258,18 @@ class MetaCore:
         return leaf
 
     def _new_path(
-        self, parent: _MetaNode, toks: Tokens, lo: int, hi: int, tags: Tags, index: int | None
+        self,
+        parent: _MetaNode,
+        toks: Tokens,
+        lo: int,
+        hi: int,
+        tags: Tags,
+        index: int | None,
+        tier: int,
     ) -> _MetaNode:
         """New nodes below ``parent`` for ``toks[lo:hi]``: a run of untagged pages is one
-        node, a tagged page a node of its own; marked for worker ``index`` unless None.
-        Returns the last."""
+        node, a tagged page a node of its own; marked for worker ``index`` on ``tier``
+        unless ``index`` is None. Returns the last."""
         p = self._page_size
         while lo < hi:
             tag = self._tag(tags, lo)
@@ -1173,23 +1278,35 @@ class MetaCore:
                 end += p
             parent = self._new_leaf(parent, toks[lo:end], tag)
             if index is not None:
-                self._mark(parent, index)
+                self._mark(parent, index, tier)
             lo = end
         return parent
 
-    def _mark(self, node: _MetaNode, index: int) -> None:
-        node.holders.add(index)
-        if self._approximate(index):
-            node.stamps[index] = self._clock
-        self._held[index] += len(node.label)
+    @staticmethod
+    def _tier(node: _MetaNode, tier: int) -> set[int]:
+        """The workers holding ``node`` on ``tier``."""
+        return node.holders if tier == 0 else node.host
 
-    def _unmark(self, node: _MetaNode, index: int) -> None:
-        node.holders.discard(index)
-        node.stamps.pop(index, None)
-        h = node.hashes.pop(index, None)
-        if h is not None:
-            del self._blocks[index][h]
-        self._held[index] -= len(node.label)
+    def _mark(self, node: _MetaNode, index: int, tier: int) -> None:
+        self._tier(node, tier).add(index)
+        if tier == 0:
+            if self._approximate(index):
+                node.stamps[index] = self._clock
+            self._held[index] += len(node.label)
+        else:
+            self._host_held[index] += len(node.label)
+
+    def _unmark(self, node: _MetaNode, index: int, tier: int) -> None:
+        self._tier(node, tier).discard(index)
+        if tier == 0:
+            node.stamps.pop(index, None)
+            self._held[index] -= len(node.label)
+        else:
+            self._host_held[index] -= len(node.label)
+        if index not in node.holders and index not in node.host:  # its name goes with it
+            h = node.hashes.pop(index, None)
+            if h is not None:
+                del self._blocks[index][h]
 
     def _bind(self, node: _MetaNode, index: int, h: int) -> None:
         """Name one-page ``node`` of worker ``index`` by ``h`` (dropping its previous hash)."""
@@ -1232,17 +1349,23 @@ class MetaCore:
             pages = len(victim.label) // p
             if pages > excess:
                 self._cut(victim, (pages - excess) * p)  # victim keeps its last `excess` pages
-            self._unmark(victim, index)
+            self._unmark(victim, index, 0)
         self._free_unused()
 
-    def _drop_all(self, index: int) -> int:
-        tokens = self._held[index]
+    def _drop_all(self, index: int, tiers: tuple[int, ...]) -> int:
+        """Unmark worker ``index`` on ``tiers``; returns the tokens unmarked."""
+        tokens = 0
         for node in list(self._all_nodes()):
-            if index in node.holders:
-                self._unmark(node, index)
-        _require(self._held[index] == 0 and not self._blocks[index], "a worker kept marks")
+            for tier in tiers:
+                if index in self._tier(node, tier):
+                    self._unmark(node, index, tier)
+                    tokens += len(node.label)
         self._free_unused()
         return tokens
+
+    def _clear(self, worker: WorkerId, tiers: tuple[int, ...]) -> int:
+        """Apply a converted cleared event."""
+        return self._drop_all(self._table.resolve(worker), tiers)
 
     def _free_unused(self) -> None:
         """Free every node with no holders and no children, children before parents, then
@@ -1250,7 +1373,7 @@ class MetaCore:
         p = self._page_size
         for node in reversed(list(self._all_nodes())):
             parent = node.parent
-            if parent is not None and not node.holders and not node.children:
+            if parent is not None and not (node.holders or node.host or node.children):
                 del parent.children[node.label[:p], node.tag]
                 node.parent = None
                 self._nodes -= 1

@@ -49,24 +49,27 @@ class MetaItem(NamedTuple):
     key : numpy.ndarray
         ``uint32`` tokens from the namespace's root to the end of the node.
     holders : tuple of WorkerId
-        The workers holding every page of the node, by ascending index.
+        The workers holding every page of the node on the device, by ascending index.
     namespace : hashable
         The namespace the node is in (None, the default, unless one was given).
     extras : numpy.ndarray or None
         ``uint64`` extra tags of the path's pages, one per page of ``key``;
         None when every one is 0.
+    host_holders : tuple of WorkerId
+        The workers holding every page of the node on the host (tier 1).
     """
 
     key: npt.NDArray[np.uint32]
     holders: tuple[WorkerId, ...]
     namespace: Hashable = None
     extras: npt.NDArray[np.uint64] | None = None
+    host_holders: tuple[WorkerId, ...] = ()
 
 
 class DumpRecord(NamedTuple):
     """One record of ``MetaTree.dump(worker)``.
 
-    ``tree.insert(r.key, worker, start=r.start, extras=r.extras,
+    ``tree.insert(r.key, worker, start=r.start, tier=r.tier, extras=r.extras,
     namespace=r.namespace)`` for each record, in order, rebuilds exactly what
     the worker held.
 
@@ -80,10 +83,13 @@ class DumpRecord(NamedTuple):
         The node's namespace.
     extras : numpy.ndarray or None
         ``uint64`` extra tags of the path's pages; None when every one is 0.
+    tier : int
+        The tier the worker holds the pages on: 0 the device, 1 the host.
     """
 
     key: npt.NDArray[np.uint32]
     start: int
     namespace: Hashable = None
     extras: npt.NDArray[np.uint64] | None = None
+    tier: int = 0
 

@@ -74,8 +74,8 @@ def _restore(
         worker = slots[index]
         # Records of an approximate worker come oldest first, so replaying
         # them in order rebuilds its recency order as well as its pages.
-        for key, start, namespace, extras in records:
-            tree.insert(key, worker, start=start, extras=extras, namespace=namespace)
+        for key, start, namespace, extras, tier in records:
+            tree.insert(key, worker, start=start, tier=tier, extras=extras, namespace=namespace)
         for block_hash, key, namespace, extras in blocks:
             tree._bind_hash(worker, key, block_hash, namespace, extras)
     return tree

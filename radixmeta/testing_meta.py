@@ -86,12 +86,14 @@ class BruteForceMetaMatch:
     """Result of :meth:`BruteForceMetaTree.match`, with the API of ``radixmeta.MetaMatch``."""
 
     lengths: npt.NDArray[np.int64]
+    host_lengths: npt.NDArray[np.int64]
     tree_length: int
     slots: tuple[WorkerId | None, ...]
 
-    def length_of(self, worker: WorkerId) -> int:
-        """Matched tokens of ``worker`` (which must have been live at the match)."""
-        return int(self.lengths[resolve_in(self.slots, worker)])
+    def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
+        """Matched tokens of ``worker`` (which must have been live at the match) on ``tier``."""
+        index = resolve_in(self.slots, worker)
+        return int((self.lengths if _blocks.check_tier(tier) == 0 else self.host_lengths)[index])
 
     def best(self) -> tuple[WorkerId, int] | None:
         """The live worker with the greatest length, lowest index on ties; None without workers."""
@@ -104,8 +106,9 @@ class BruteForceMetaTree:
     A page is named by its namespace, its full token path from the root and
     the extra tags of that path's pages. The model keeps:
 
-    * per worker index, ``pages``: every page it holds, mapped to the logical
-      time of its last access (used by approximate workers only);
+    * per worker index, ``pages``: every page it holds on the device, mapped
+      to the logical time of its last access (used by approximate workers
+      only), and ``host``: the pages it holds on the host;
     * per worker index, ``blocks``: block hash to page;
     * one logical clock, advanced as the real trees advance theirs;
     * the namespaces holding a page, in order of creation.
@@ -154,6 +157,7 @@ class BruteForceMetaTree:
         self._table = WorkerTable()
         self._clock = 0
         self._pages: dict[int, dict[Page, int]] = {}
+        self._host: dict[int, set[Page]] = {}
         self._hashes: dict[int, dict[int, Page]] = {}
         self._namespaces: list[Hashable] = [None]
 
@@ -177,6 +181,7 @@ class BruteForceMetaTree:
         """Register a worker (see ``MetaTree.add_worker``)."""
         worker = self._table.add(name, dp_rank, capacity)
         self._pages[worker.index] = {}
+        self._host[worker.index] = set()
         self._hashes[worker.index] = {}
         return worker
 
@@ -196,9 +201,17 @@ class BruteForceMetaTree:
         """The worker's capacity, or None in exact mode."""
         return self._table.capacities[self._table.resolve(worker)]
 
-    def held_tokens(self, worker: WorkerId) -> int:
-        """Tokens the worker holds."""
-        return len(self._pages[self._table.resolve(worker)]) * self._page_size
+    def held_tokens(self, worker: WorkerId, *, tier: int = 0) -> int:
+        """Tokens the worker holds on ``tier``."""
+        index = self._table.resolve(worker)
+        return len(self._tier(index, _blocks.check_tier(tier))) * self._page_size
+
+    def _tier(self, index: int, tier: int) -> dict[Page, int] | set[Page]:
+        """The pages worker ``index`` holds on ``tier``."""
+        return self._pages[index] if tier == 0 else self._host[index]
+
+    def _holds_any(self, index: int, page: Page) -> bool:
+        return page in self._pages[index] or page in self._host[index]
 
     # -- helpers ----------------------------------------------------------------------------
     def _prefixes(
@@ -217,24 +230,30 @@ class BruteForceMetaTree:
         namespace, toks, tags = page
         return any(
             ns == namespace and q[: len(toks)] == toks and t[: len(tags)] == tags
-            for pages in self._pages.values()
+            for pages in [*self._pages.values(), *self._host.values()]
             for ns, q, t in pages
         )
 
     def _settle_namespaces(self) -> None:
         """Forget the namespaces left without pages; list new ones last (creation order)."""
-        held = {page[0] for pages in self._pages.values() for page in pages}
+        every = [*self._pages.values(), *self._host.values()]
+        held = {page[0] for pages in every for page in pages}
         self._namespaces = [ns for ns in self._namespaces if ns is None or ns in held]
         self._namespaces += [ns for ns in held if ns not in self._namespaces]
 
     def _approximate(self, index: int) -> bool:
         return self._table.capacities[index] is not None
 
-    def _drop(self, index: int, page: Page) -> None:
-        del self._pages[index][page]
-        hashes = self._hashes[index]
-        for h in [h for h, q in hashes.items() if q == page]:
-            del hashes[h]
+    def _drop(self, index: int, page: Page, tier: int = 0) -> None:
+        """Worker ``index`` no longer holds ``page`` on ``tier``; its name goes with its last."""
+        if tier == 0:
+            del self._pages[index][page]
+        else:
+            self._host[index].discard(page)
+        if not self._holds_any(index, page):
+            hashes = self._hashes[index]
+            for h in [h for h, q in hashes.items() if q == page]:
+                del hashes[h]
 
     def _evict(self, index: int) -> None:
         capacity = self._table.capacities[index]
@@ -245,10 +264,12 @@ class BruteForceMetaTree:
             victim = min(pages, key=lambda q: (pages[q], -len(q[1])))
             self._drop(index, victim)
 
-    def _clear(self, index: int) -> int:
-        tokens = len(self._pages[index]) * self._page_size
-        self._pages[index] = {}
-        self._hashes[index] = {}
+    def _clear(self, index: int, tiers: tuple[int, ...] = (0, 1)) -> int:
+        tokens = 0
+        for tier in tiers:
+            for page in list(self._tier(index, tier)):
+                self._drop(index, page, tier)
+                tokens += self._page_size
         return tokens
 
     def _key_and_start(self, key: Any, start: Any) -> tuple[Tokens, int, int]:
@@ -271,22 +292,27 @@ class BruteForceMetaTree:
         worker: WorkerId,
         *,
         start: int = 0,
+        tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
-        """Mark the key's pages from ``start`` on; returns pages newly marked."""
+        """Mark the key's pages from ``start`` on, on ``tier``; returns pages newly marked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tier = _blocks.check_tier(tier)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         self._clock += 1
         pages = self._pages[index]
         newly = 0
         for page in self._prefixes(namespace, toks, tags, start, n):
-            if page not in pages:
+            if tier == 1:
+                newly += page not in self._host[index]
+                self._host[index].add(page)
+            elif page not in pages:
                 pages[page] = self._clock
                 newly += 1
-        if self._approximate(index):
+        if self._approximate(index) and tier == 0:
             for page in self._prefixes(namespace, toks, tags, 0, n):
                 if page in pages:
                     pages[page] = self._clock
@@ -300,18 +326,20 @@ class BruteForceMetaTree:
         worker: WorkerId,
         *,
         start: int = 0,
+        tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
     ) -> int:
-        """Unmark the key's pages from ``start`` on; returns pages unmarked."""
+        """Unmark the key's pages from ``start`` on, on ``tier``; returns pages unmarked."""
         index = self._table.resolve(worker)
         toks, n, start = self._key_and_start(key, start)
+        tier = _blocks.check_tier(tier)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
         removed = 0
         for page in self._prefixes(namespace, toks, tags, start, n):
-            if page in self._pages[index]:
-                self._drop(index, page)
+            if page in self._tier(index, tier):
+                self._drop(index, page, tier)
                 removed += 1
         self._settle_namespaces()
         return removed
@@ -323,6 +351,7 @@ class BruteForceMetaTree:
         n = len(toks) // p * p
         slots = self._table.slots
         lengths = np.zeros(len(slots), dtype=np.int64)
+        host_lengths = np.zeros(len(slots), dtype=np.int64)
         pages = self._prefixes(namespace, toks, tags, 0, n)
         tree_length = 0
         for page in pages:
@@ -337,13 +366,17 @@ class BruteForceMetaTree:
             while count < len(pages) and pages[count] in held:
                 count += 1
             lengths[i] = count * p
+            count = 0
+            while count < len(pages) and self._holds_any(i, pages[count]):
+                count += 1
+            host_lengths[i] = count * p
         if touch:
             self._clock += 1
             for i, w in enumerate(slots):
                 if w is not None and self._approximate(i):
                     for page in pages[: int(lengths[i]) // p]:
                         self._pages[i][page] = self._clock
-        return BruteForceMetaMatch(lengths, tree_length, slots)
+        return BruteForceMetaMatch(lengths, host_lengths, tree_length, slots)
 
     def match(
         self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
@@ -358,7 +391,13 @@ class BruteForceMetaTree:
         return self._match(toks, tags, touch, namespace)
 
     def match_many(
-        self, keys: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+        self,
+        keys: Any,
+        *,
+        touch: bool = False,
+        tier: int = 0,
+        extras: Any = None,
+        namespace: Hashable = None,
     ) -> npt.NDArray[np.int64]:
         """``match`` of each key in order: an int64 array of shape (len(keys), n_workers)."""
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
@@ -372,12 +411,14 @@ class BruteForceMetaTree:
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        tier = _blocks.check_tier(tier)
         per_key = _keys.per_key_tags(extras, len(converted))
         tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), self.n_workers), dtype=np.int64)
         for r, toks in enumerate(converted):
-            out[r] = self._match(toks, tags[r], touch, namespace).lengths
+            m = self._match(toks, tags[r], touch, namespace)
+            out[r] = m.lengths if tier == 0 else m.host_lengths
         return out
 
     # -- block events -------------------------------------------------------------------------
@@ -394,7 +435,7 @@ class BruteForceMetaTree:
     ) -> int:
         """Apply a ``BlockStored`` event atomically; returns pages newly marked."""
         index = self._table.resolve(worker)
-        _blocks.check_tier(tier)
+        tier = _blocks.check_tier(tier)
         parent = _blocks.parent_hash(parent_hash)
         hashes = _blocks.block_hashes(block_hashes)
         toks = _keys.tokens(token_ids)
@@ -426,11 +467,14 @@ class BruteForceMetaTree:
         path, path_tags = base + toks, base_tags + tags
         for i, h in enumerate(hashes):
             page = (namespace, path[: len(base) + (i + 1) * p], path_tags[: len(base_tags) + i + 1])
-            if page not in pages:
+            if tier == 1:
+                newly += page not in self._host[index]
+                self._host[index].add(page)
+            elif page not in pages:
                 pages[page] = self._clock
                 newly += 1
             known[h] = page
-        if self._approximate(index):
+        if self._approximate(index) and tier == 0:
             for page in self._prefixes(namespace, path, path_tags, 0, len(path)):
                 if page in pages:
                     pages[page] = self._clock
@@ -441,20 +485,21 @@ class BruteForceMetaTree:
     def apply_removed(self, worker: WorkerId, block_hashes: Any, *, tier: int = 0) -> int:
         """Apply a ``BlockRemoved`` event (in any namespace); returns pages unmarked."""
         index = self._table.resolve(worker)
-        _blocks.check_tier(tier)
+        tier = _blocks.check_tier(tier)
         hashes = _blocks.block_hashes(block_hashes)
         removed = 0
         for h in hashes:
             page = self._hashes[index].get(h)
-            if page is not None:
-                self._drop(index, page)
+            if page is not None and page in self._tier(index, tier):
+                self._drop(index, page, tier)
                 removed += 1
         self._settle_namespaces()
         return removed
 
-    def apply_cleared(self, worker: WorkerId) -> int:
-        """Apply an ``AllBlocksCleared`` event; returns tokens unmarked."""
-        tokens = self._clear(self._table.resolve(worker))
+    def apply_cleared(self, worker: WorkerId, *, tier: int | None = None) -> int:
+        """Apply an ``AllBlocksCleared`` event (one tier, or both); returns tokens unmarked."""
+        index = self._table.resolve(worker)
+        tokens = self._clear(index, _blocks.check_tiers(tier))
         self._settle_namespaces()
         return tokens
 
@@ -496,16 +541,15 @@ class BruteForceMetaTree:
         and tags."""
         return self._namespaces.index(page[0]), page[1], page[2]
 
-    def pages(self, worker: WorkerId) -> list[Page]:
-        """The worker's pages, least recent (deepest first among equals) to most recent.
-
-        For an exact worker, whose pages have no meaningful recency, in path order.
-        """
+    def pages(self, worker: WorkerId, tier: int = 0) -> list[Page]:
+        """The worker's pages on ``tier``: on an approximate worker's device least recent
+        (deepest first among equals) to most recent, else (no meaningful recency) in path
+        order."""
         index = self._table.resolve(worker)
         pages = self._pages[index]
-        if self._approximate(index):
+        if self._approximate(index) and tier == 0:
             return sorted(pages, key=lambda q: (pages[q], -len(q[1])))
-        return sorted(pages, key=self.page_order)
+        return sorted(self._tier(index, tier), key=self.page_order)
 
     def dump(self, worker: WorkerId) -> list[DumpRecord]:
         """One record per held page, in :meth:`pages` order.
@@ -515,30 +559,35 @@ class BruteForceMetaTree:
         """
         p = self._page_size
         return [
-            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns, _extras(tags))
-            for ns, q, tags in self.pages(worker)
+            DumpRecord(np.array(q, dtype=np.uint32), len(q) - p, ns, _extras(tags), tier)
+            for tier in (0, 1)
+            for ns, q, tags in self.pages(worker, tier)
         ]
 
     def items(
         self, worker: WorkerId | None = None
-    ) -> list[tuple[Tokens, tuple[WorkerId, ...], Hashable, tuple[int, ...]]]:
-        """One ``(page path, holders, namespace, page tags)`` per page in the tree, in path
-        order.
+    ) -> list[
+        tuple[Tokens, tuple[WorkerId, ...], Hashable, tuple[int, ...], tuple[WorkerId, ...]]
+    ]:
+        """One ``(page path, holders, namespace, page tags, host holders)`` per page in the
+        tree, in path order.
 
         Pages, not nodes: a tree's ``items()`` has one entry per run of pages.
         """
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
         every: set[Page] = set()
-        for ns, q, tags in (q for pages in self._pages.values() for q in pages):
+        held = [*self._pages.values(), *self._host.values()]
+        for ns, q, tags in (q for pages in held for q in pages):
             every.update(self._prefixes(ns, q, tags, 0, len(q)))
         out = []
         for page in sorted(every, key=self.page_order):
             holders = tuple(
                 w for i, w in enumerate(slots) if w is not None and page in self._pages[i]
             )
-            if index is None or page in self._pages[index]:
-                out.append((page[1], holders, page[0], page[2]))
+            host = tuple(w for i, w in enumerate(slots) if w is not None and page in self._host[i])
+            if index is None or self._holds_any(index, page):
+                out.append((page[1], holders, page[0], page[2], host))
         return out
 
     def _block_entries(
@@ -555,11 +604,13 @@ class BruteForceMetaTree:
         """Verify the model's own invariants; raises AssertionError."""
         p = self._page_size
         for index, pages in self._pages.items():
+            host = self._host[index]
             live = index < len(self._table.slots) and self._table.slots[index] is not None
-            assert live or not pages, "a removed worker holds pages"
-            assert all(q and len(q) % p == 0 for _, q, _ in pages), "a page is not whole"
+            assert live or not (pages or host), "a removed worker holds pages"
+            every = [*pages, *host]
+            assert all(q and len(q) % p == 0 for _, q, _ in every), "a page is not whole"
             for h, q in self._hashes[index].items():
-                assert q in pages, f"hash {h:#x} names a page the worker does not hold"
+                assert self._holds_any(index, q), f"hash {h:#x} names a page the worker lacks"
             assert len(set(self._hashes[index].values())) == len(self._hashes[index])
             capacity = self._table.capacities[index] if live else None
             if capacity is not None:
@@ -630,30 +681,32 @@ class RemoveWorker:
 
 @dataclass(frozen=True)
 class Insert:
-    """``tree.insert(key, w, start=start, extras=extras, namespace=namespace)``."""
+    """``tree.insert(key, w, start=start, tier=tier, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
     extras: Any = None  # one tag per whole page of the key, None, or a bad value
+    tier: int = 0
 
 
 @dataclass(frozen=True)
 class Remove:
-    """``tree.remove(key, w, start=start, extras=extras, namespace=namespace)``."""
+    """``tree.remove(key, w, start=start, tier=tier, extras=extras, namespace=namespace)``."""
 
     key: list[int]
     worker: int
     start: int = 0
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
     extras: Any = None  # one tag per whole page of the key, None, or a bad value
+    tier: int = 0
 
 
 @dataclass(frozen=True)
 class Match:
     """``tree.match(key, touch=touch, extras=extras, namespace=namespace)``; the outcome is
-    ``(lengths, tree_length, best)``."""
+    ``(lengths, host_lengths, tree_length, best)``."""
 
     key: list[int]
     touch: bool = False
@@ -671,6 +724,7 @@ class MatchMany:
     as_array: bool = False
     namespace: Any = None  # a namespace, or an unhashable value the trees refuse
     extras: Any = None  # one entry (tags or None) per key, None, or a bad value
+    tier: int = 0
 
 
 #: Kinds of :class:`ApplyStored` calls: well-formed ones, and each way of being refused.
@@ -684,7 +738,7 @@ STORED_VARIANTS = (
     "repeat",  # a hash repeated within the event
     "other_page",  # a hash that names a different page (the first page of the key)
     "bad_count",  # one token too many
-    "tier",  # tier=1
+    "tier",  # tier=1: the blocks are held on the host
     "float_hash",  # a float where a hash belongs
     "big_hash",  # 2**64, outside the hash range
     "retagged",  # the same pages under other extra tags (other pages, hashed apart)
@@ -717,8 +771,8 @@ class ApplyRemoved:
     """``tree.apply_removed(w, hashes)`` for the pages of ``key`` from ``first_page`` on.
 
     ``salt`` 0 names them as :class:`ApplyStored` "ok" does in ``namespace``
-    with the key's page tags ``extras`` (a removal itself carries neither);
-    ``tier`` other than 0 is refused.
+    with the key's page tags ``extras`` (a removal itself carries neither), on
+    ``tier`` (0 or 1; 2 is refused).
     """
 
     worker: int
@@ -732,9 +786,10 @@ class ApplyRemoved:
 
 @dataclass(frozen=True)
 class ApplyCleared:
-    """``tree.apply_cleared(w)``."""
+    """``tree.apply_cleared(w, tier=tier)``."""
 
     worker: int
+    tier: int | None = None
 
 
 @dataclass(frozen=True)
@@ -860,17 +915,17 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
         return int(tree.remove_worker(pick(op.worker)))
     if isinstance(op, (Insert, Remove)):
         method = tree.insert if isinstance(op, Insert) else tree.remove
-        kw = {"start": op.start, "extras": op.extras, "namespace": op.namespace}
+        kw = {"start": op.start, "tier": op.tier, "extras": op.extras, "namespace": op.namespace}
         return int(method(op.key, pick(op.worker), **kw))
     if isinstance(op, Match):
         m = tree.match(op.key, touch=op.touch, extras=op.extras, namespace=op.namespace)
         best = m.best()
-        return (m.lengths.tolist(), int(m.tree_length), best)
+        return (m.lengths.tolist(), m.host_lengths.tolist(), int(m.tree_length), best)
     if isinstance(op, MatchMany):
         keys: Any = op.keys
         if op.as_array and keys and len({len(k) for k in keys}) == 1:
             keys = np.array(keys, dtype=np.int64).reshape(len(keys), len(keys[0]))
-        kw = {"touch": op.touch, "extras": op.extras, "namespace": op.namespace}
+        kw = {"touch": op.touch, "tier": op.tier, "extras": op.extras, "namespace": op.namespace}
         return _plain(tree.match_many(keys, **kw))
     if isinstance(op, ApplyStored):
         parent, hashes, tokens, kwargs = _stored_args(op, p)
@@ -879,18 +934,19 @@ def apply_meta_operation(tree: Any, op: MetaOperation, pick: Callable[[int], Any
         hashes = _removed_hashes(op, p)
         return int(tree.apply_removed(pick(op.worker), hashes, tier=op.tier))
     if isinstance(op, ApplyCleared):
-        return int(tree.apply_cleared(pick(op.worker)))
+        return int(tree.apply_cleared(pick(op.worker), tier=op.tier))
     records: list[Any] = []
     for k, rec in enumerate(op.records):
         if isinstance(rec, ApplyStored):
             parent, hashes, tokens, kwargs = _stored_args(rec, p)
-            kwargs.pop("tier", None)  # records take no tier
             record = ("stored", pick(rec.worker), parent, hashes, tokens)
             records.append((*record, kwargs) if kwargs else record)
         elif isinstance(rec, ApplyRemoved):
-            records.append(("removed", pick(rec.worker), _removed_hashes(rec, p)))
+            removed = ("removed", pick(rec.worker), _removed_hashes(rec, p))
+            records.append((*removed, {"tier": rec.tier}) if rec.tier else removed)
         elif isinstance(rec, ApplyCleared):
-            records.append(["cleared", pick(rec.worker)])
+            cleared = ["cleared", pick(rec.worker)]
+            records.append([*cleared, {"tier": rec.tier}] if rec.tier is not None else cleared)
         else:
             records.append(_JUNK_RECORDS[k % len(_JUNK_RECORDS)])
     return _plain(tree.apply_events(records))
@@ -915,7 +971,7 @@ def run_meta_operations(tree: Any, ops: Iterable[MetaOperation]) -> list[Any]:
     -------
     list
         Per operation: the return value as plain Python values (a match as
-        ``(lengths, tree_length, best)``; an array as ``(dtype, values)``), or
+        ``(lengths, host_lengths, tree_length, best)``; an array as ``(dtype, values)``), or
         ``(error class name, message)``. ``WorkerId`` values compare by value,
         so the outcomes of two trees compare equal when they agree.
 
@@ -923,7 +979,7 @@ def run_meta_operations(tree: Any, ops: Iterable[MetaOperation]) -> list[Any]:
     --------
     >>> model = BruteForceMetaTree()
     >>> run_meta_operations(model, [AddWorker("a"), Insert([1, 2], 0), Match([1, 3])])[1:]
-    [2, ([1], 1, (WorkerId(name='a', dp_rank=0, index=0, generation=0), 1))]
+    [2, ([1], [1], 1, (WorkerId(name='a', dp_rank=0, index=0, generation=0), 1))]
     """
     ids: list[WorkerId] = []
 
@@ -1012,7 +1068,8 @@ def _operation_lists(
         start = draw(st.integers(0, whole)) * p if draw(st.booleans()) else 0
         if draw(st.integers(0, 9)) == 0:  # a bad start: ragged or beyond the key
             start = draw(st.sampled_from([start + 1, (whole + 1) * p, -p]))
-        return cls(k, draw(worker), start, draw(namespace), draw(extras(k)))
+        tier = draw(st.sampled_from([0, 0, 0, 1]))
+        return cls(k, draw(worker), start, draw(namespace), draw(extras(k)), tier)
 
     @st.composite
     def stored(draw: st.DrawFn) -> ApplyStored:
@@ -1030,7 +1087,7 @@ def _operation_lists(
         k = draw(key())
         first = draw(st.integers(0, max(0, len(k) // p - 1)))
         salt = draw(st.sampled_from([0, 0, 0, 1]))
-        tier = draw(st.sampled_from([0] * 9 + [2]))
+        tier = draw(st.sampled_from([0] * 6 + [1, 1, 2]))
         return ApplyRemoved(draw(worker), k, first, salt, tier, draw(namespace), draw(extras(k)))
 
     @st.composite
@@ -1048,7 +1105,10 @@ def _operation_lists(
     def many_keys(draw: st.DrawFn) -> MatchMany:
         keys = draw(st.lists(key(), max_size=3))
         tags = None if draw(st.booleans()) else [draw(extras(k)) for k in keys]
-        return MatchMany(keys, draw(st.booleans()), draw(st.booleans()), draw(namespace), tags)
+        tier = draw(st.sampled_from([0, 0, 1, 2]))
+        return MatchMany(
+            keys, draw(st.booleans()), draw(st.booleans()), draw(namespace), tags, tier
+        )
 
     worker = st.integers(-1, max_workers * 2)
     # Mostly the default namespace, then two others; [] (unhashable) is refused.
@@ -1067,8 +1127,9 @@ def _operation_lists(
     many: st.SearchStrategy[MetaOperation] = many_keys()
     store: st.SearchStrategy[MetaOperation] = stored()
     unstore: st.SearchStrategy[MetaOperation] = removed()
-    cleared: st.SearchStrategy[MetaOperation] = st.builds(ApplyCleared, worker)
-    record = stored() | removed() | st.builds(ApplyCleared, worker) | st.just("junk")
+    cleared_tier = st.sampled_from([None, None, 0, 1, 3])
+    cleared: st.SearchStrategy[MetaOperation] = st.builds(ApplyCleared, worker, cleared_tier)
+    record = stored() | removed() | st.builds(ApplyCleared, worker, cleared_tier) | st.just("junk")
     events: st.SearchStrategy[MetaOperation] = st.builds(
         ApplyEvents, st.lists(record, max_size=4).map(tuple)
     )

@@ -27,10 +27,7 @@ from radixmeta.errors import (
 )
 
 RANGE = "is outside the 64-bit hash range [-2**63, 2**64)"
-TIER1 = (
-    "tier 1 is not supported: only the device tier (0) is modelled, "
-    "and host or disk residency must not be counted as a device hit"
-)
+TIER2 = "tier must be 0 (device) or 1 (host), got 2"
 NOT_WORKER = "worker must be a WorkerId returned by add_worker, got {}"
 GONE = WorkerId("gone", 0, 3, 0)  # removed; its index 3 now belongs to ("reused", 0) gen 1
 OLD_A = WorkerId("a", 0, 0, 5)  # a's index and name, another generation
@@ -64,6 +61,8 @@ def populated(cls: type) -> tuple[Any, dict[str, WorkerId]]:
     tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
     tree.apply_stored(b, None, [0x7E1], [1, 2], extras=[0xE])
     tree.insert([1, 2, 9, 9], c, extras=[0, 2**63])
+    tree.insert([1, 2, 3, 4, 5, 6], b, tier=1)  # b on the host, beside its device pages
+    tree.apply_stored(a, None, [0xA1, 0xA2], [1, 2, 3, 4], tier=1)  # a on both tiers
     tree.insert([3, 3, 3, 3], gone)
     tree.remove_worker(gone)
     reused = tree.add_worker("reused")
@@ -81,6 +80,7 @@ def state(tree: Any) -> dict[str, Any]:
     """Everything observable without changing the tree."""
     out: dict[str, Any] = {
         "items": plain(tree.items()),
+        "host_lengths": tree.match([1, 2, 3, 4, 5, 6]).host_lengths.tolist(),
         "namespaces": tree.namespaces(),
         "node_count": tree.node_count,
         "n_workers": tree.n_workers,
@@ -90,6 +90,7 @@ def state(tree: Any) -> dict[str, Any]:
         out[w.name] = (
             plain(tree.dump(w)),
             tree.held_tokens(w),
+            tree.held_tokens(w, tier=1),
             plain(tree._block_entries(w)),
             tree.capacity_of(w),
         )
@@ -328,6 +329,35 @@ case("apply_stored: a tagged block's hash names the untagged page", BlockConflic
     lambda t, w: t.apply_stored(w["a"], None, [0xA1], [1, 2], extras=[1])
 )  # fmt: skip
 
+# -- tiers ------------------------------------------------------------------------------------
+for label, tier, exc, message in [
+    ("2", 2, InvalidInputError, TIER2),
+    ("str", "1", InputTypeError, "tier must be an integer, got str"),
+    ("bool", True, InputTypeError, "tier must be an integer, got bool"),
+    ("None", None, InputTypeError, "tier must be an integer, got NoneType"),
+]:
+    for method, fn in {
+        "insert": lambda t, w, x: t.insert([1, 2], w["a"], tier=x, extras=[-1], namespace=[]),
+        "remove": lambda t, w, x: t.remove([1, 2], w["a"], tier=x),
+        "match_many": lambda t, w, x: t.match_many([[1, 2]], tier=x, namespace=[]),
+        "held_tokens": lambda t, w, x: t.held_tokens(w["a"], tier=x),
+    }.items():
+        case(f"{method}: tier {label}", exc, message)(lambda t, w, fn=fn, x=tier: fn(t, w, x))
+    if tier is not None:  # apply_cleared's None is both tiers
+        case(f"apply_cleared: tier {label}", exc, message)(
+            lambda t, w, x=tier: t.apply_cleared(w["a"], tier=x)
+        )
+case("insert: start before tier", InvalidInputError,
+     "start must be a multiple of page_size (2), got 1")(
+    lambda t, w: t.insert([1, 2], w["a"], start=1, tier=2)
+)  # fmt: skip
+case("match_many: touch before tier", InputTypeError, "touch must be a bool, got int")(
+    lambda t, w: t.match_many([[1, 2]], touch=1, tier=2)
+)
+case("held_tokens: worker before tier", StaleWorkerError, stale(GONE))(
+    lambda t, w: t.held_tokens(GONE, tier=2)
+)
+
 # -- match ------------------------------------------------------------------------------------
 for label, touch in [("int", 1), ("None", None), ("str", "yes")]:
     message = f"touch must be a bool, got {type(touch).__name__}"
@@ -365,7 +395,9 @@ for label, keys, exc, message in [
 # -- apply_stored -----------------------------------------------------------------------------
 A = "worker ('a', dp_rank=0)"
 for label, args, kwargs, exc, message in [
-    ("tier 1", (None, [0xF1], [6, 6]), {"tier": 1}, InvalidInputError, TIER1),
+    ("tier 2", (None, [0xF1], [6, 6]), {"tier": 2}, InvalidInputError, TIER2),
+    ("tier -1", (None, [0xF1], [6, 6]), {"tier": -1}, InvalidInputError,
+     "tier must be 0 (device) or 1 (host), got -1"),
     ("tier str", (None, [0xF1], [6, 6]), {"tier": "0"}, InputTypeError,
      "tier must be an integer, got str"),
     ("tier None", (None, [0xF1], [6, 6]), {"tier": None}, InputTypeError,
@@ -427,7 +459,7 @@ for label, args, kwargs, exc, message in [
     ("deeper page, same hash", (0xA2, [0xA1], [5, 6]), {}, BlockConflictError,
      f"block_hashes[0] = 0x00000000000000a1 already names a different block of {A}"),
     # checking order: tier, parent, hashes, tokens, count, parent known, then each block
-    ("tier before parent", (1.5, [0xF1], [6, 6]), {"tier": 1}, InvalidInputError, TIER1),
+    ("tier before parent", (1.5, [0xF1], [6, 6]), {"tier": 2}, InvalidInputError, TIER2),
     ("parent before hashes", (1.5, "ab", [6, 6]), {}, InputTypeError,
      "parent_hash must be an integer, got float"),
     ("hashes before tokens", (None, [1.5], "ab"), {}, InputTypeError,
@@ -469,7 +501,7 @@ case("apply_stored: other page before a second hash", BlockConflictError,
 
 # -- apply_removed ----------------------------------------------------------------------------
 for label, args, kwargs, exc, message in [
-    ("tier 1", ([0xA1],), {"tier": 1}, InvalidInputError, TIER1),
+    ("tier 2", ([0xA1],), {"tier": 2}, InvalidInputError, TIER2),
     ("tier float", ([0xA1],), {"tier": 0.0}, InputTypeError, "tier must be an integer, got float"),
     ("hashes str", ("ab",), {}, InputTypeError,
      "block_hashes must be a sequence of integers, got str"),
@@ -477,7 +509,7 @@ for label, args, kwargs, exc, message in [
      "block_hashes[1] must be an integer, got float"),
     ("hash out of range", ([2**64],), {}, InvalidInputError,
      f"block_hashes[0] = 18446744073709551616 {RANGE}"),
-    ("tier before hashes", ("ab",), {"tier": 1}, InvalidInputError, TIER1),
+    ("tier before hashes", ("ab",), {"tier": 2}, InvalidInputError, TIER2),
 ]:  # fmt: skip
     case(f"apply_removed: {label}", exc, message)(
         lambda t, w, args=args, kwargs=kwargs: t.apply_removed(w["a"], *args, **kwargs)
@@ -570,8 +602,15 @@ def test_event_batch_statuses(meta_impl: type) -> None:
         ("stored", a, None, [0xD9], [6, 6], {"extras": [3]}),  # applied: another page
         ("stored", a, None, [0xDA], [6, 6], {"extras": [-1]}),  # a bad tag
         ("stored", a, None, [0xDA], [6, 6], {"extras": [1, 2]}),  # one tag per block
+        ("stored", a, None, [0xD1], [6, 6], {"tier": 1}),  # applied: a host copy, same name
+        ("stored", a, None, [0xDC], [6, 6], {"tier": 2}),  # no such tier
+        ("removed", a, [0xD9], {"tier": 1}),  # applied (0xD9 is on the device only: a no-op)
+        ("removed", a, [0xD9], {"tier": "1"}),  # a str tier
+        ("cleared", b, {"tier": 1}),  # applied: b's host pages
+        ("cleared", b, {"tier": 5}),
     ]
-    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0, 0, 3, 3]
+    expected = [0, 1, 2, 2, 3, 3, 4, 3, 3, 3, 3, 3, 3, 0, 0, 1, 0, 0, 1, 3, 3, 3, 3, 0, 0, 3, 3,
+                0, 3, 0, 3, 0, 3]  # fmt: skip
     status = tree.apply_events(iter(records))  # any iterable
     assert status.dtype == np.int8
     assert status.tolist() == expected
@@ -588,6 +627,8 @@ def test_event_batch_statuses(meta_impl: type) -> None:
     twin.apply_stored(v["a"], None, [0xD6], [6, 6], namespace="lora")
     twin.apply_cleared(v["c"])
     twin.apply_stored(v["a"], None, [0xD9], [6, 6], extras=[3])
+    twin.apply_stored(v["a"], None, [0xD1], [6, 6], tier=1)
+    twin.apply_cleared(v["b"], tier=1)
     assert state(tree) == state(twin)
     assert tree.apply_events([]).tolist() == []
 

@@ -297,8 +297,8 @@ def test_dump_replay_restores_pages_recency_and_hashes(meta_impl: type) -> None:
     copy = meta_impl(2)
     for worker in tree.workers:
         twin = copy.add_worker(worker.name, worker.dp_rank, capacity=tree.capacity_of(worker))
-        for key, start, namespace, extras in tree.dump(worker):
-            copy.insert(key, twin, start=start, extras=extras, namespace=namespace)
+        for key, start, namespace, extras, tier in tree.dump(worker):
+            copy.insert(key, twin, start=start, tier=tier, extras=extras, namespace=namespace)
         for block_hash, key, namespace, extras in tree._block_entries(worker):
             copy._bind_hash(twin, key, block_hash, namespace, extras)
     assert state(copy) == state(tree)
@@ -352,6 +352,45 @@ def test_tagged_pages_are_one_page_nodes(meta_impl: type) -> None:
     # Tags of 0 everywhere are no tags: the same pages as no extras at all.
     assert tree.insert(key, b, extras=[0, 0, 0, 0]) == 0
     assert tree.dump(b)[0].extras is None
+    tree.check()
+
+
+# -- tiers -----------------------------------------------------------------------------------
+def test_host_tier(meta_impl: type) -> None:
+    """A worker holds pages on the device, the host or both; lengths count the device,
+    host_lengths either; removals and clears go by tier."""
+    tree = meta_impl(2)
+    w, v = tree.add_worker("w"), tree.add_worker("v")
+    key = [1, 2, 3, 4, 5, 6]
+    assert tree.apply_stored(w, None, [0xA1, 0xA2, 0xA3], key) == 3
+    assert tree.apply_stored(w, None, [0xA1, 0xA2, 0xA3], key, tier=1) == 3  # offloaded too
+    assert tree.apply_removed(w, [0xA2]) == 1  # the device copy goes
+    m = tree.match(key)
+    assert (m.length_of(w), m.length_of(w, tier=1)) == (2, 6)
+    assert tree.apply_stored(w, 0xA2, [0xB1], [7, 7]) == 1  # 0xA2 still names the host copy
+    assert tree.apply_removed(w, [0xA2], tier=1) == 1  # now it is gone from both
+    assert tree.match(key).host_lengths.tolist() == [2, 0]
+    assert tree.insert(key, v, tier=1) == 3
+    assert tree.held_tokens(v) == 0 and tree.held_tokens(v, tier=1) == 6
+    assert tree.match_many([key], tier=1).tolist() == [[2, 6]]
+    assert tree.match_many([key]).tolist() == [[2, 0]]
+    assert [r.tier for r in tree.dump(w)] == [0, 0, 0, 1, 1]  # the device's records first
+    assert tree.items(v)[0].host_holders == (w, v)
+    assert tree.apply_cleared(w, tier=0) == 6  # its device pages
+    assert tree.held_tokens(w, tier=1) == 4
+    assert tree.apply_cleared(w) == 4  # None: both tiers
+    assert tree.remove(key, v, tier=1) == 3 and tree.node_count == 0
+    tree.check()
+
+
+def test_host_pages_do_not_count_against_a_capacity(meta_impl: type) -> None:
+    tree = meta_impl(1)
+    w = tree.add_worker("w", capacity=2)
+    tree.insert([1, 2, 3, 4], w, tier=1)
+    tree.insert([1, 2, 3, 4], w)  # the device keeps its most recent 2 tokens' worth
+    assert (tree.held_tokens(w), tree.held_tokens(w, tier=1)) == (2, 4)
+    m = tree.match([1, 2, 3, 4], touch=True)
+    assert (m.lengths.tolist(), m.host_lengths.tolist()) == ([2], [4])
     tree.check()
 
 
@@ -456,6 +495,8 @@ def test_pickle_round_trip(cls: type) -> None:
     tree.apply_stored(a, None, [0xC1], [1, 2], namespace=("salt", 1))
     tree.apply_stored(a, 0xC1, [0xC2, 0xC3], [7, 7, 7, 7], extras=[5, 0], namespace=("salt", 1))
     tree.insert([1, 2, 3, 4], w, extras=[0, 2**64 - 1])
+    tree.apply_stored(a, None, [0xC1], [1, 2], tier=1, namespace=("salt", 1))
+    tree.insert([5, 5, 5, 5], w, tier=1)
     copy = pickle.loads(pickle.dumps(tree))
     assert type(copy) is cls
     assert state(copy) == state(tree)

@@ -10,7 +10,9 @@ boundaries, so paths overlap a lot; workers come and go (index reuse), some with
 capacity so that approximate eviction happens all the time, and bad inputs (stale or
 foreign workers, unknown parents, conflicting hashes, bad starts and tiers) are mixed in.
 
-Every page-naming call also takes a namespace (mostly the default, sometimes one of a few
+Every page-marking call also takes a tier (mostly the device, now and then the host, and
+a bad one), every match reports host lengths too, and every page-naming call also takes a
+namespace (mostly the default, sometimes one of a few
 others of different types, now and then an unhashable one), so namespaces are created,
 emptied (their roots freed) and created again, and a hash stored in one namespace is used
 as a parent in another.
@@ -73,6 +75,8 @@ WHO = st.tuples(
 # start, in pages, or a bad one.
 STARTS = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3, "end", "end", "ragged", "beyond"])
 TOUCH = st.sampled_from([False, False, True, True, True, 1])
+# Tiers: mostly the device, then the host; 2 is refused.
+TIER = st.sampled_from([0] * 6 + [1, 1, 2])
 # Namespaces: mostly the default; "lora" and 7 and b"salt" are three others; [] is unhashable.
 NAMESPACE = st.sampled_from([None] * 6 + ["lora", "lora", 7, b"salt", []])
 # Extra tags: mostly none; else a pattern of tags (mostly 0) repeated over the key's pages,
@@ -90,14 +94,15 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.shape, value.tolist())
     if hasattr(value, "lengths") and hasattr(value, "best"):  # MetaMatch
-        lengths = value.lengths
-        return ("match", str(lengths.dtype), lengths.tolist(), int(value.tree_length), value.best())
+        lengths, host = value.lengths, value.host_lengths
+        found = int(value.tree_length)
+        return ("match", str(lengths.dtype), lengths.tolist(), host.tolist(), found, value.best())
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
     return value
 
 
-Page = tuple[Tokens, tuple[WorkerId, ...], Hashable, Tokens]
+Page = tuple[Tokens, tuple[WorkerId, ...], Hashable, Tokens, tuple[WorkerId, ...]]
 
 
 def tags_of(extras: Any, key: Tokens, p: int) -> Tokens:
@@ -106,17 +111,17 @@ def tags_of(extras: Any, key: Tokens, p: int) -> Tokens:
 
 
 def node_pages(tree: Any) -> list[Page]:
-    """A tree's ``items()`` expanded to one (page path, holders, namespace, page tags) per
-    page, in path order (namespace by namespace, as ``namespaces()`` lists them)."""
+    """A tree's ``items()`` expanded to one (page path, holders, namespace, page tags, host
+    holders) per page, in path order (namespace by namespace, as ``namespaces()`` lists them)."""
     p = tree.page_size
     order = tree.namespaces()
     items = []
-    for key, holders, ns, extras in tree.items():
+    for key, holders, ns, extras, host in tree.items():
         toks = tuple(int(t) for t in key)
-        items.append((toks, holders, ns, tags_of(extras, toks, p)))
-    ends = {(ns, key, tags) for key, _, ns, tags in items}
+        items.append((toks, holders, ns, tags_of(extras, toks, p), host))
+    ends = {(ns, key, tags) for key, _, ns, tags, _ in items}
     out = []
-    for key, holders, ns, tags in items:
+    for key, holders, ns, tags, host in items:
         start = max(
             (
                 len(e)
@@ -126,7 +131,7 @@ def node_pages(tree: Any) -> list[Page]:
             default=0,
         )
         for end in range(start + p, len(key) + 1, p):
-            out.append((key[:end], holders, ns, tags[: end // p]))
+            out.append((key[:end], holders, ns, tags[: end // p], host))
     return sorted(out, key=lambda page: (order.index(page[2]), page[0], page[3]))
 
 
@@ -135,12 +140,14 @@ def plain_records(records: Any) -> list[tuple[Any, ...]]:
     return [tuple(x.tolist() if isinstance(x, np.ndarray) else x for x in r) for r in records]
 
 
-def dump_pages(tree: Any, worker: WorkerId) -> list[tuple[Hashable, Tokens, Tokens]]:
-    """A tree's ``dump(worker)`` expanded to (namespace, page path, page tags), deepest first
-    within each record."""
+def dump_pages(tree: Any, worker: WorkerId, tier: int) -> list[tuple[Hashable, Tokens, Tokens]]:
+    """A tree's ``dump(worker)`` records of ``tier`` expanded to (namespace, page path, page
+    tags), deepest first within each record."""
     p = tree.page_size
     out: list[tuple[Hashable, Tokens, Tokens]] = []
-    for key, start, ns, extras in tree.dump(worker):
+    for key, start, ns, extras, of in tree.dump(worker):
+        if of != tier:
+            continue
         toks = tuple(int(t) for t in key)
         tags = tags_of(extras, toks, p)
         assert start % p == 0 and start < len(toks)
@@ -275,22 +282,27 @@ class MetaMachine(RuleBasedStateMachine):
     # -- rules: token paths -------------------------------------------------------------------
     @rule(
         calls=st.lists(
-            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE, TAGS), min_size=1, max_size=3
+            st.tuples(WHO, KEYS, STARTS, st.booleans(), NAMESPACE, TAGS, TIER),
+            min_size=1,
+            max_size=3,
         )
     )
-    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any, Any]]) -> None:
+    def insert(self, calls: list[tuple[Any, Any, Any, bool, Any, Any, int]]) -> None:
         # Up to three inserts per step, so that trees grow between removals and evictions.
-        for who, key, start, as_array, ns, tags in calls:
+        for who, key, start, as_array, ns, tags, tier in calls:
             w, toks = self.who(who), self.key(key)
             kw = {"start": self.start(start, toks), "extras": self.tags(tags, toks)}
-            kw["namespace"] = ns
+            kw["namespace"], kw["tier"] = ns, tier
             arg = np.array(toks, dtype=np.int64) if as_array else toks
             self.call(lambda t, w=w, arg=arg, kw=kw: t.insert(arg, w, **kw))
 
-    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE, tags=TAGS)
-    def remove(self, who: tuple[str, int], key: Any, start: Any, ns: Any, tags: Any) -> None:
+    @rule(who=WHO, key=KEYS, start=STARTS, ns=NAMESPACE, tags=TAGS, tier=TIER)
+    def remove(
+        self, who: tuple[str, int], key: Any, start: Any, ns: Any, tags: Any, tier: int
+    ) -> None:
         w, toks = self.who(who), self.key(key)
         kw = {"start": self.start(start, toks), "namespace": ns, "extras": self.tags(tags, toks)}
+        kw["tier"] = tier
         self.call(lambda t: t.remove(toks, w, **kw))
 
     @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE, tags=TAGS)
@@ -302,6 +314,7 @@ class MetaMachine(RuleBasedStateMachine):
             # length_of on a fresh match: a live worker, or the same error everywhere.
             w = self.who(who)
             self.call(lambda t: t.match(toks, **kw).length_of(w))
+            self.call(lambda t: t.match(toks, **kw).length_of(w, tier=1))
 
     @rule(
         keys=st.lists(st.tuples(KEYS, TAGS), max_size=4),
@@ -309,15 +322,16 @@ class MetaMachine(RuleBasedStateMachine):
         as_array=st.booleans(),
         ns=NAMESPACE,
         tagged=st.booleans(),
+        tier=TIER,
     )
     def match_many(
-        self, keys: list[Any], touch: Any, as_array: bool, ns: Any, tagged: bool
+        self, keys: list[Any], touch: Any, as_array: bool, ns: Any, tagged: bool, tier: int
     ) -> None:
         rows: Any = [self.key(k) for k, _ in keys]
         extras = [self.tags(t, row) for (_, t), row in zip(keys, rows, strict=True)]
         if as_array and rows and len({len(r) for r in rows}) == 1:
             rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
-        kw = {"touch": touch, "namespace": ns, "extras": extras if tagged else None}
+        kw = {"touch": touch, "namespace": ns, "extras": extras if tagged else None, "tier": tier}
         self.call(lambda t: t.match_many(rows, **kw))
 
     # -- rules: block events -------------------------------------------------------------------
@@ -357,6 +371,7 @@ class MetaMachine(RuleBasedStateMachine):
         bad=st.sampled_from([None] * 6 + ["cycle", "repeat", "other", "count", "namespace"]),
         ns=NAMESPACE,
         tagged=st.sampled_from([False, False, True]),
+        tier=TIER,
     )
     def stored_chain(
         self,
@@ -368,6 +383,7 @@ class MetaMachine(RuleBasedStateMachine):
         bad: Any,
         ns: Any,
         tagged: bool,
+        tier: int,
     ) -> None:
         """An event chained onto a block the worker holds (in the parent's namespace, after
         its tags), or onto the root of ``ns``; ``tagged`` tags its first block; ``bad``
@@ -411,17 +427,22 @@ class MetaMachine(RuleBasedStateMachine):
         if signed:
             hashes = [h - 2**64 if h >= 2**63 else h for h in hashes]
         extras = tags if any(tags) else None
-        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, namespace=ns, extras=extras))
+        kw = {"namespace": ns, "extras": extras, "tier": tier}
+        self.call(lambda t: t.apply_stored(w, parent, hashes, tokens, **kw))
 
-    @rule(who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans())
-    def removed_known(self, who: tuple[str, int], pick: list[int], unknown: bool) -> None:
+    @rule(
+        who=WHO, pick=st.lists(st.integers(0, 1000), max_size=3), unknown=st.booleans(), tier=TIER
+    )
+    def removed_known(
+        self, who: tuple[str, int], pick: list[int], unknown: bool, tier: int
+    ) -> None:
         """BlockRemoved of hashes the worker holds (plus, maybe, one it does not)."""
         w = self.who(who)
         entries = self.model._block_entries(w) if w in self.live() else []
         hashes = [int(entries[k % len(entries)][0]) for k in pick] if entries else []
         if unknown:
             hashes.append(12345)
-        self.call(lambda t: t.apply_removed(w, hashes))
+        self.call(lambda t: t.apply_removed(w, hashes, tier=tier))
 
     @rule(
         who=WHO,
@@ -442,11 +463,15 @@ class MetaMachine(RuleBasedStateMachine):
         op = ApplyRemoved(0, toks, first, salt, tier, ns, extras)
         self.call(lambda t: apply_meta_operation(t, op, lambda _: w))
 
-    @rule(who=WHO, really=st.sampled_from([False, False, True]))
-    def apply_cleared(self, who: tuple[str, int], really: bool) -> None:
+    @rule(
+        who=WHO,
+        really=st.sampled_from([False, False, True]),
+        tier=st.sampled_from([None, None, 0, 1, 2]),
+    )
+    def apply_cleared(self, who: tuple[str, int], really: bool, tier: int | None) -> None:
         w = self.who(who)
         if really or w not in self.live():
-            self.call(lambda t: t.apply_cleared(w))
+            self.call(lambda t: t.apply_cleared(w, tier=tier))
 
     @rule(
         records=st.lists(
@@ -514,14 +539,16 @@ class MetaMachine(RuleBasedStateMachine):
         exact = self.model.capacity_of(w) is None
         for tree in self.trees:
             assert tree.held_tokens(w) == self.model.held_tokens(w)
+            assert tree.held_tokens(w, tier=1) == self.model.held_tokens(w, tier=1)
             entries = plain_records(tree._block_entries(w))
             assert entries == plain_records(self.model._block_entries(w))
             assert tree.capacity_of(w) == self.model.capacity_of(w)
             assert tree.worker(w.name, w.dp_rank) == w
-            pages = dump_pages(tree, w)
-            if exact:
-                pages.sort(key=self.model.page_order)
-            assert pages == self.model.pages(w), (w, pages)
+            for tier in (0, 1):
+                pages = dump_pages(tree, w, tier)
+                if exact or tier == 1:
+                    pages.sort(key=self.model.page_order)
+                assert pages == self.model.pages(w, tier), (w, tier, pages)
         dumps = [plain_records(tree.dump(w)) for tree in self.trees]
         assert all(d == dumps[0] for d in dumps)
 

@@ -30,33 +30,39 @@ static Page page_of(uint32_t ns, const std::vector<Token>& key, const Tags& tags
   return p;
 }
 
-// Model: pages held per worker; match = leading pages held, page by page.
+// Model: pages held per worker on each tier; match = leading pages held, page
+// by page (on the device, or with `either` on the device or the host).
 struct Model {
   uint32_t page;
-  std::vector<std::set<Page>> held;
+  std::vector<std::set<Page>> held;  // device
+  std::vector<std::set<Page>> host;
 
-  int64_t length(uint32_t w, uint32_t ns, const std::vector<Token>& key, const Tags& tags) const {
+  int64_t length(uint32_t w, uint32_t ns, const std::vector<Token>& key, const Tags& tags,
+                 bool either = false) const {
     int64_t n = 0;
     for (size_t end = page; end <= key.size(); end += page) {
-      if (!held[w].count(page_of(ns, key, tags, end, page))) break;
+      const Page p = page_of(ns, key, tags, end, page);
+      if (!held[w].count(p) && !(either && host[w].count(p))) break;
       n = static_cast<int64_t>(end);
     }
     return n;
   }
   uint64_t mark(uint32_t w, uint32_t ns, const std::vector<Token>& key, const Tags& tags,
-                size_t start, bool on) {
+                size_t start, bool on, uint32_t tier = 0) {
+    std::set<Page>& pages = tier == 0 ? held[w] : host[w];
     uint64_t changed = 0;
     for (size_t end = start + page; end <= key.size() - key.size() % page; end += page) {
       const Page p = page_of(ns, key, tags, end, page);
-      changed += on ? held[w].insert(p).second : held[w].erase(p);
+      changed += on ? pages.insert(p).second : pages.erase(p);
     }
     return changed;
   }
   // Namespaces holding some page (a root each), the default always.
   std::set<uint32_t> namespaces() const {
     std::set<uint32_t> out{0};
-    for (const auto& pages : held)
-      for (const Page& p : pages) out.insert(p[0]);
+    for (const auto* tier : {&held, &host})
+      for (const auto& pages : *tier)
+        for (const Page& p : pages) out.insert(p[0]);
     return out;
   }
 };
@@ -66,17 +72,17 @@ static void test_example_from_the_docs() {
   t.add_worker(0, kNoCapacity);
   t.add_worker(1, kNoCapacity);
   const std::vector<Token> a{1, 2, 3, 4, 5, 6}, b{1, 2, 3, 4, 9, 9}, q{1, 2, 3, 4, 5, 6, 7, 8};
-  CHECK(t.insert(0, a.data(), a.size(), nullptr, 0, 0) == 3);
-  CHECK(t.insert(0, b.data(), b.size(), nullptr, 1, 0) == 3);
+  CHECK(t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0) == 3);
+  CHECK(t.insert(0, b.data(), b.size(), nullptr, 1, 0, 0) == 3);
   int64_t lengths[2];
-  CHECK(t.match(0, q.data(), q.size(), nullptr, false, lengths, 2) == 6);
+  CHECK(t.match(0, q.data(), q.size(), nullptr, false, lengths, nullptr, 2) == 6);
   CHECK(lengths[0] == 6 && lengths[1] == 4);
   // The gap rule: worker 0 drops its middle page; its last one no longer counts.
-  CHECK(t.remove(0, a.data(), 4, nullptr, 0, 2) == 1);
-  t.match(0, q.data(), q.size(), nullptr, false, lengths, 2);
+  CHECK(t.remove(0, a.data(), 4, nullptr, 0, 2, 0) == 1);
+  t.match(0, q.data(), q.size(), nullptr, false, lengths, nullptr, 2);
   CHECK(lengths[0] == 2 && lengths[1] == 4);
-  CHECK(t.insert(0, a.data(), 4, nullptr, 0, 0) == 1);  // the gap is filled again
-  t.match(0, q.data(), q.size(), nullptr, false, lengths, 2);
+  CHECK(t.insert(0, a.data(), 4, nullptr, 0, 0, 0) == 1);  // the gap is filled again
+  t.match(0, q.data(), q.size(), nullptr, false, lengths, nullptr, 2);
   CHECK(lengths[0] == 6);
   t.check_invariants();
 }
@@ -87,13 +93,13 @@ static void test_match_stays_inside_the_lengths_array() {
   MetaTree t(1);
   for (uint32_t w = 0; w < 3; ++w) t.add_worker(w, w == 2 ? 16 : kNoCapacity);
   const std::vector<Token> key{4, 5, 6};
-  for (uint32_t w = 0; w < 3; ++w) t.insert(0, key.data(), key.size(), nullptr, w, 0);
+  for (uint32_t w = 0; w < 3; ++w) t.insert(0, key.data(), key.size(), nullptr, w, 0, 0);
   int64_t lengths[3] = {-1, -1, -7};
-  CHECK(t.match(0, key.data(), key.size(), nullptr, true, lengths, 2) == 3);
+  CHECK(t.match(0, key.data(), key.size(), nullptr, true, lengths, nullptr, 2) == 3);
   CHECK(lengths[0] == 3 && lengths[1] == 3 && lengths[2] == -7);
   bool refused = false;
   try {
-    t.match(0, key.data(), uint64_t{1} << 32, nullptr, false, lengths, 2);
+    t.match(0, key.data(), uint64_t{1} << 32, nullptr, false, lengths, nullptr, 2);
   } catch (const std::length_error&) {
     refused = true;
   }
@@ -104,10 +110,10 @@ static void test_match_stays_inside_the_lengths_array() {
 // A stored event the way the binding applies one: checked, then applied.
 static uint64_t store(MetaTree& t, uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
                       const uint64_t* hashes, uint32_t n, const Token* tokens,
-                      const uint64_t* tags = nullptr) {
+                      const uint64_t* tags = nullptr, uint32_t tier = 0) {
   if (t.check_stored(w, ns, has_parent, parent, hashes, n, tokens, tags).code != StoredCheck::kOk)
     return UINT64_MAX;
-  return t.apply_stored(w, ns, has_parent, parent, hashes, n, tokens, tags);
+  return t.apply_stored(w, ns, has_parent, parent, hashes, n, tokens, tags, tier);
 }
 
 static void test_block_events() {
@@ -137,7 +143,7 @@ static void test_block_events() {
   CHECK(t.clear_worker(1) == 2);
   CHECK(store(t, 0, 0, true, 102, child, 1, more.data()) == 1);
   const uint64_t gone[] = {101, 555};
-  CHECK(t.apply_removed(0, gone, 2) == 1);
+  CHECK(t.apply_removed(0, gone, 2, 0) == 1);
   CHECK(t.check_stored(0, 0, true, 101, child, 1, more.data(), nullptr).code == StoredCheck::kUnknownParent);
   t.check_invariants();
   CHECK(t.clear_worker(0) == 6);
@@ -151,14 +157,14 @@ static void test_namespaces() {
   MetaTree t(2);
   t.add_worker(0, kNoCapacity);
   const std::vector<Token> key{1, 2, 3, 4};
-  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, key.size()) == 0);  // nothing to mark: no root
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, key.size(), 0) == 0);  // nothing to mark: no root
   CHECK(t.root_of(3) == radixmeta::kNoNode && t.node_count() == 0);
-  CHECK(t.insert(0, key.data(), key.size(), nullptr, 0, 0) == 2);
-  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0) == 2);  // same tokens, another namespace
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 0, 0, 0) == 2);
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0, 0) == 2);  // same tokens, another namespace
   CHECK(t.node_count() == 2);
   int64_t len = -1;
-  CHECK(t.match(3, key.data(), key.size(), nullptr, false, &len, 1) == 4 && len == 4);
-  CHECK(t.match(9, key.data(), key.size(), nullptr, false, &len, 1) == 0 && len == 0);  // unknown
+  CHECK(t.match(3, key.data(), key.size(), nullptr, false, &len, nullptr, 1) == 4 && len == 4);
+  CHECK(t.match(9, key.data(), key.size(), nullptr, false, &len, nullptr, 1) == 0 && len == 0);  // unknown
   const uint64_t h[] = {70};
   const std::vector<Token> next{5, 5};
   CHECK(store(t, 0, 7, false, 0, h, 1, next.data()) == 1);  // creates namespace 7
@@ -166,14 +172,14 @@ static void test_namespaces() {
   const uint64_t h2[] = {71};
   CHECK(t.check_stored(0, 0, true, 70, h2, 1, next.data(), nullptr).code == StoredCheck::kUnknownParent);
   CHECK(store(t, 0, 7, true, 70, h2, 1, next.data()) == 1);
-  CHECK(t.apply_removed(0, h, 1) == 1);  // a removal finds the hash in any namespace
+  CHECK(t.apply_removed(0, h, 1, 0) == 1);  // a removal finds the hash in any namespace
   CHECK(t.take_dropped_namespaces().empty());  // 71 still holds namespace 7
-  CHECK(t.apply_removed(0, h2, 1) == 1);
+  CHECK(t.apply_removed(0, h2, 1, 0) == 1);
   CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{7}) && t.root_of(7) == radixmeta::kNoNode);
-  CHECK(t.remove(3, key.data(), key.size(), nullptr, 0, 0) == 2);
+  CHECK(t.remove(3, key.data(), key.size(), nullptr, 0, 0, 0) == 2);
   CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{3}));
-  CHECK(t.insert(5, key.data(), key.size(), nullptr, 0, 0) == 2);
-  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0) == 2);  // created anew: after 5 now
+  CHECK(t.insert(5, key.data(), key.size(), nullptr, 0, 0, 0) == 2);
+  CHECK(t.insert(3, key.data(), key.size(), nullptr, 0, 0, 0) == 2);  // created anew: after 5 now
   CHECK((t.namespace_ids() == std::vector<uint32_t>{0, 5, 3}));
   t.check_invariants();
   CHECK(t.clear_worker(0) == 12);
@@ -189,18 +195,18 @@ static void test_extra_tags() {
   t.add_worker(1, kNoCapacity);
   const std::vector<Token> key{1, 2, 3, 4, 5, 6};
   const uint64_t seven[] = {0, 7, 0}, eight[] = {0, 8, 0};
-  CHECK(t.insert(0, key.data(), key.size(), seven, 0, 0) == 3);
+  CHECK(t.insert(0, key.data(), key.size(), seven, 0, 0, 0) == 3);
   CHECK(t.node_count() == 3);  // [1 2], the tagged [3 4], then [5 6]
-  CHECK(t.insert(0, key.data(), key.size(), nullptr, 1, 0) == 3);
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 1, 0, 0) == 3);
   CHECK(t.node_count() == 4);  // untagged [3 4 5 6] beside the tagged page
   int64_t lengths[2];
-  CHECK(t.match(0, key.data(), key.size(), seven, false, lengths, 2) == 6);
+  CHECK(t.match(0, key.data(), key.size(), seven, false, lengths, nullptr, 2) == 6);
   CHECK(lengths[0] == 6 && lengths[1] == 2);
-  CHECK(t.match(0, key.data(), key.size(), nullptr, false, lengths, 2) == 6);
+  CHECK(t.match(0, key.data(), key.size(), nullptr, false, lengths, nullptr, 2) == 6);
   CHECK(lengths[0] == 2 && lengths[1] == 6);
-  CHECK(t.match(0, key.data(), key.size(), eight, false, lengths, 2) == 2);
+  CHECK(t.match(0, key.data(), key.size(), eight, false, lengths, nullptr, 2) == 2);
   CHECK(lengths[0] == 2 && lengths[1] == 2);
-  CHECK(t.remove(0, key.data(), key.size(), seven, 0, 2) == 2);
+  CHECK(t.remove(0, key.data(), key.size(), seven, 0, 2, 0) == 2);
   CHECK(t.node_count() == 2);
   t.check_invariants();
 
@@ -217,28 +223,62 @@ static void test_extra_tags() {
   const std::vector<Token> q{9, 9, 9, 9, 1, 2, 3, 4};
   const uint64_t qa[] = {11, 0}, qb[] = {12, 0};
   int64_t len = 0;
-  u.match(0, q.data(), q.size(), qa, false, &len, 1);
+  u.match(0, q.data(), q.size(), qa, false, &len, nullptr, 1);
   CHECK(len == 8);
-  u.match(0, q.data(), q.size(), qb, false, &len, 1);
+  u.match(0, q.data(), q.size(), qb, false, &len, nullptr, 1);
   CHECK(len == 4);  // B's page, but not A's continuation
-  CHECK(u.apply_removed(0, b, 1) == 1);
-  u.match(0, q.data(), q.size(), qa, false, &len, 1);
+  CHECK(u.apply_removed(0, b, 1, 0) == 1);
+  u.match(0, q.data(), q.size(), qa, false, &len, nullptr, 1);
   CHECK(len == 8);  // A is left
   CHECK(store(u, 0, 0, true, 0xA, a2, 1, img.data()) == 1);
   u.check_invariants();
+}
+
+// Tiers: a worker holds a page on the device, the host, or both; removals and
+// clears by tier; the host never counts against an approximate capacity.
+static void test_tiers() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  t.add_worker(1, 4);  // approximate: 4 device tokens
+  const std::vector<Token> key{1, 2, 3, 4, 5, 6};
+  const uint64_t h[] = {10, 11, 12};
+  CHECK(store(t, 0, 0, false, 0, h, 3, key.data()) == 3);          // device
+  CHECK(store(t, 0, 0, false, 0, h, 3, key.data(), nullptr, 1) == 3);  // and host, same names
+  CHECK(t.held_tokens(0, 0) == 6 && t.held_tokens(0, 1) == 6 && t.host_marks() == 3);
+  const uint64_t mid[] = {11};
+  CHECK(t.apply_removed(0, mid, 1, 0) == 1);  // the device copy goes; the host's stays
+  CHECK(t.apply_removed(0, mid, 1, 0) == 0);
+  int64_t dev[2], either[2];
+  t.match(0, key.data(), key.size(), nullptr, false, dev, either, 2);
+  CHECK(dev[0] == 2 && either[0] == 6);
+  const uint64_t next[] = {13};
+  const std::vector<Token> more{7, 7};
+  CHECK(store(t, 0, 0, true, 11, next, 1, more.data()) == 1);  // 11 still names the page
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 1, 0, 1) == 3);  // host: no eviction
+  CHECK(t.held_tokens(1, 1) == 6 && t.held_tokens(1, 0) == 0);
+  CHECK(t.insert(0, key.data(), key.size(), nullptr, 1, 0, 0) == 3);  // device: trimmed to 4
+  CHECK(t.held_tokens(1, 0) == 4 && t.held_tokens(1, 1) == 6);
+  t.match(0, key.data(), key.size(), nullptr, false, dev, either, 2);
+  CHECK(dev[1] == 4 && either[1] == 6);
+  t.check_invariants();
+  CHECK(t.clear_worker(0, 2) == 6);  // host only: 2 pages are left on the device, and 13
+  CHECK(t.held_tokens(0, 1) == 0 && t.held_tokens(0, 0) == 6);
+  CHECK(t.clear_worker(1, MetaTree::kAllTiers) == 10);
+  CHECK(t.host_marks() == 0);
+  t.check_invariants();
 }
 
 static void test_approximate_worker_keeps_to_capacity() {
   MetaTree t(1);
   t.add_worker(0, 4);
   const std::vector<Token> a{1, 2, 3}, b{1, 2, 7, 8, 9};
-  t.insert(0, a.data(), a.size(), nullptr, 0, 0);
-  t.insert(0, b.data(), b.size(), nullptr, 0, 0);  // holds 6 > 4: the oldest leaf (3) and then 9 go
-  CHECK(t.held_tokens(0) == 4);
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0);
+  t.insert(0, b.data(), b.size(), nullptr, 0, 0, 0);  // holds 6 > 4: the oldest leaf (3) and then 9 go
+  CHECK(t.held_tokens(0, 0) == 4);
   int64_t len = 0;
-  t.match(0, a.data(), a.size(), nullptr, false, &len, 1);
+  t.match(0, a.data(), a.size(), nullptr, false, &len, nullptr, 1);
   CHECK(len == 2);
-  t.match(0, b.data(), b.size(), nullptr, false, &len, 1);
+  t.match(0, b.data(), b.size(), nullptr, false, &len, nullptr, 1);
   CHECK(len == 4);
   t.check_invariants();
 }
@@ -246,7 +286,7 @@ static void test_approximate_worker_keeps_to_capacity() {
 static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t seed) {
   std::mt19937 rng(seed);
   MetaTree t(page);
-  Model model{page, std::vector<std::set<Page>>(workers)};
+  Model model{page, std::vector<std::set<Page>>(workers), std::vector<std::set<Page>>(workers)};
   for (uint32_t w = 0; w < workers; ++w) t.add_worker(w, kNoCapacity);
   std::vector<std::vector<Token>> pool;
   for (int i = 0; i < 12; ++i) {
@@ -257,7 +297,7 @@ static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t 
     for (size_t j = 0; j < extra; ++j) key.push_back(rng() % 3);
     pool.push_back(key);
   }
-  std::vector<int64_t> lengths(workers);
+  std::vector<int64_t> lengths(workers), either(workers);
   for (int step = 0; step < 3000; ++step) {
     const auto& key = pool[rng() % pool.size()];
     const uint32_t w = rng() % workers;
@@ -268,19 +308,23 @@ static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t 
     if (rng() % 3 == 0)
       for (size_t i = 0; i < whole / page; ++i) tags.push_back(rng() % 4 == 0 ? 1 + rng() % 2 : 0);
     const uint64_t* tp = tags.empty() ? nullptr : tags.data();
+    const uint32_t tier = rng() % 4 == 0 ? 1 : 0;  // mostly the device
     switch (rng() % 3) {
       case 0:
-        CHECK(t.insert(ns, key.data(), key.size(), tp, w, start) ==
-              model.mark(w, ns, key, tags, start, true));
+        CHECK(t.insert(ns, key.data(), key.size(), tp, w, start, tier) ==
+              model.mark(w, ns, key, tags, start, true, tier));
         break;
       case 1:
-        CHECK(t.remove(ns, key.data(), key.size(), tp, w, start) ==
-              model.mark(w, ns, key, tags, start, false));
+        CHECK(t.remove(ns, key.data(), key.size(), tp, w, start, tier) ==
+              model.mark(w, ns, key, tags, start, false, tier));
         break;
       default: {
-        t.match(ns, key.data(), key.size(), tp, false, lengths.data(), workers);
-        for (uint32_t v = 0; v < workers; ++v)
+        int64_t* host = tier == 0 ? nullptr : either.data();
+        t.match(ns, key.data(), key.size(), tp, false, lengths.data(), host, workers);
+        for (uint32_t v = 0; v < workers; ++v) {
           CHECK(lengths[v] == model.length(v, ns, key, tags));
+          if (host != nullptr) CHECK(either[v] == model.length(v, ns, key, tags, true));
+        }
       }
     }
     t.take_dropped_namespaces();
@@ -299,6 +343,7 @@ int main() {
   test_approximate_worker_keeps_to_capacity();
   test_namespaces();
   test_extra_tags();
+  test_tiers();
   test_random_against_model(1, 3, 1);
   test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word
   if (failures != 0) {

@@ -38,6 +38,12 @@
 //    their first page mixed with its tag, and a lookup compares both, so a
 //    tree whose tags are all 0 pays one compare per node for them. Every key
 //    argument takes its tags as an array of one per page, or null (all 0).
+//  * A worker holds a page on the device (tier 0, `holders`) and/or the host
+//    (tier 1, `host`), each marked and unmarked on its own. A match gives the
+//    device lengths, and on request the lengths of pages held on either tier;
+//    a tree with no host marks is never asked for them. An approximate
+//    worker's capacity, recency and eviction concern its device pages only.
+//    A worker names a page by its hash while it holds it on any tier.
 #pragma once
 
 #include <algorithm>
@@ -70,8 +76,9 @@ struct alignas(64) MetaNode {
   uint32_t depth = 0;            // tokens from the root to the end of this node
   uint32_t chunk = 0;
   Children children;
-  LocationSet holders;  // worker indices
-  // Holders that do not name this node by its shared hash. Kept as the
+  LocationSet holders;  // worker indices holding the node on the device (tier 0)
+  LocationSet host;     // ... and on the host (tier 1)
+  // Holders (on any tier) that do not name this node by its shared hash. Kept as the
   // exception rather than the rule: in a fleet whose engines hash alike it
   // stays empty, and costs no allocation however many workers there are.
   LocationSet unnamed;
@@ -141,22 +148,32 @@ class MetaTree {
     if (wk.approximate()) approximate_.push_back(w);
   }
 
-  // Drops every mark of worker w; returns the tokens it held. O(nodes it held).
-  uint64_t clear_worker(uint32_t w) {
+  // Drops the marks of worker w on the tiers in `tiers` (bit 0: device, bit
+  // 1: host); returns the tokens unmarked. O(nodes it held).
+  uint64_t clear_worker(uint32_t w, uint32_t tiers = kAllTiers) {
     Worker& wk = workers_[w];
-    const uint64_t tokens = wk.held_tokens;
+    uint64_t tokens = 0;
     std::vector<uint32_t> nodes = held_nodes(w);
-    for (uint32_t x : nodes) unmark(w, x);
-    wk.marked.clear();
-    wk.stamps.clear();
-    wk.lru.clear();
+    for (uint32_t x : nodes) {
+      for (uint32_t tier = 0; tier < 2; ++tier) {
+        if ((tiers >> tier & 1) != 0 && holds(w, x, tier)) {
+          tokens += nodes_[x].length;
+          unmark(w, x, tier);
+        }
+      }
+    }
+    if (tiers == kAllTiers) wk.marked.clear();
+    if ((tiers & 1) != 0) {
+      wk.stamps.clear();
+      wk.lru.clear();
+    }
     for (uint32_t x : nodes) prune(x);
     maybe_compact();
     return tokens;
   }
 
   uint64_t remove_worker(uint32_t w) {
-    const uint64_t tokens = clear_worker(w);
+    const uint64_t tokens = clear_worker(w, kAllTiers);
     workers_[w].live = false;
     live_mask_[w / 64] &= ~(uint64_t{1} << (w % 64));
     approximate_.erase(std::remove(approximate_.begin(), approximate_.end(), w), approximate_.end());
@@ -164,20 +181,31 @@ class MetaTree {
   }
 
   bool worker_live(uint32_t w) const { return w < workers_.size() && workers_[w].live; }
-  uint64_t held_tokens(uint32_t w) const { return workers_[w].held_tokens; }
+  uint64_t held_tokens(uint32_t w, uint32_t tier) const {
+    return tier == 0 ? workers_[w].held_tokens : workers_[w].host_tokens;
+  }
   uint64_t capacity(uint32_t w) const { return workers_[w].capacity; }
-  bool holds(uint32_t w, uint32_t x) const { return nodes_[x].holders.test(w); }
+  bool holds(uint32_t w, uint32_t x, uint32_t tier) const {
+    return (tier == 0 ? nodes_[x].holders : nodes_[x].host).test(w);
+  }
+  bool holds_any(uint32_t w, uint32_t x) const {
+    return nodes_[x].holders.test(w) || nodes_[x].host.test(w);
+  }
+  // (worker, node) marks on the host tier, tree-wide: while 0, every page is
+  // held on the device or not at all.
+  uint64_t host_marks() const { return host_marks_; }
 
   // ---- token-path operations ---------------------------------------------
 
   // Marks the pages of key[start, n) in namespace ns (tags: one per page of
-  // the key, or null) as held by w; returns the pages newly marked.
+  // the key, or null) as held by w on `tier`; returns the pages newly marked.
   uint64_t insert(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, uint32_t w,
-                  uint64_t start) {
+                  uint64_t start, uint32_t tier) {
     detail::check_key_length(n);
     n -= n % page_size_;
     ++clock_;
-    Worker& wk = workers_[w];
+    // Recency and capacity are the device's: host marks neither cut nor evict.
+    const bool approximate = workers_[w].approximate() && tier == 0;
     uint64_t newly = 0;
     uint32_t node = root_of(ns);
     if (node == kNoNode) {
@@ -190,10 +218,10 @@ class MetaTree {
       if (c == kNoNode) {
         if (start >= n) break;  // nothing to mark: never add structure for nothing
         if (pos < start) {
-          node = add_path(node, key, pos, start, tags, kNoWorker);
+          node = add_path(node, key, pos, start, tags, kNoWorker, tier);
           pos = start;
         }
-        add_path(node, key, pos, n, tags, w);
+        add_path(node, key, pos, n, tags, w, tier);
         newly += (n - pos) / page_size_;
         pos = n;
         break;
@@ -203,29 +231,29 @@ class MetaTree {
         if (start >= n) {
           // Nothing will hang from a cut, so only recency may need one: the
           // key's pages of a node the approximate worker holds get refreshed.
-          if (wk.approximate() && holds(w, c)) split(c, static_cast<uint32_t>(m));
+          if (approximate && holds(w, c, 0)) split(c, static_cast<uint32_t>(m));
           break;
         }
         c = split(c, static_cast<uint32_t>(m));
       }
       const uint64_t end = pos + nodes_[c].length;
-      if (!holds(w, c)) {
+      if (!holds(w, c, tier)) {
         const uint64_t lo = std::max(start, pos), hi = std::min(n, end);
         if (lo < hi) {
           uint32_t target = c;
           if (lo > pos) split(c, static_cast<uint32_t>(lo - pos));
           if (hi < end) target = split(c, static_cast<uint32_t>(hi - lo));
-          mark(w, target);
+          mark(w, target, tier);
           newly += (hi - lo) / page_size_;
         }
-      } else if (wk.approximate() && n < end) {
+      } else if (approximate && n < end) {
         split(c, static_cast<uint32_t>(nodes_[c].length - (end - n)));  // recency differs
       }
       if (n < end) break;
       node = c;
       pos = end;
     }
-    if (wk.approximate()) {
+    if (approximate) {
       refresh_path(w, root_of(ns), key, n, tags);
       evict(w);
     }
@@ -233,9 +261,9 @@ class MetaTree {
   }
 
   // Unmarks the pages of key[start, n) in namespace ns (tags as for insert)
-  // held by w; returns how many.
+  // held by w on `tier`; returns how many.
   uint64_t remove(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, uint32_t w,
-                  uint64_t start) {
+                  uint64_t start, uint32_t tier) {
     detail::check_key_length(n);
     n -= n % page_size_;
     uint64_t removed = 0;
@@ -247,13 +275,13 @@ class MetaTree {
       if (c == kNoNode) break;
       const uint64_t m = common(c, key, pos, n, tags);
       const uint64_t end = pos + nodes_[c].length;
-      if (holds(w, c)) {
+      if (holds(w, c, tier)) {
         const uint64_t lo = std::max(start, pos), hi = pos + m;
         if (lo < hi) {
           uint32_t target = c;
           if (lo > pos) split(c, static_cast<uint32_t>(lo - pos));
           if (hi < end) target = split(c, static_cast<uint32_t>(hi - lo));
-          unmark(w, target);
+          unmark(w, target, tier);
           removed += (hi - lo) / page_size_;
           deepest = target;
         }
@@ -270,10 +298,11 @@ class MetaTree {
   }
 
   // Per-worker matched lengths of key in namespace ns (tags as for insert)
-  // into lengths[0, slots) (slots >= the number of worker indices); returns
-  // how much of the key is in the tree.
+  // into lengths[0, slots) (slots >= the number of worker indices), counting
+  // device pages; unless null, host_lengths[0, slots) gets the lengths that
+  // count pages held on either tier. Returns how much of the key is in the tree.
   uint64_t match(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
-                 int64_t* lengths, uint32_t slots) {
+                 int64_t* lengths, int64_t* host_lengths, uint32_t slots) {
     detail::check_key_length(n);
     n -= n % page_size_;
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
@@ -293,20 +322,32 @@ class MetaTree {
         lengths[base + __builtin_ctzll(free)] = 0;
     }
     std::fill(lengths + std::min<size_t>(slots, size_t{words} * 64), lengths + slots, 0);
+    if (host_lengths != nullptr) {  // the same start: every free index 0, the live ones all in
+      std::copy(lengths, lengths + slots, host_lengths);
+      host_alive_ = alive_;
+      host_active_ = active_;
+    }
     if (touch) path_.clear();
     uint64_t pos = 0;
     uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
     const uint32_t root = root_of(ns);
     if (n != 0 && root != kNoNode) {
       // A tree and key without tags walk with no tag in sight (not even a compare).
-      if (tags != nullptr || tagged_nodes_ != 0)
-        match_walk<true>(root, key, n, tags, touch, lengths, &pos, &partial);
+      const bool tagged = tags != nullptr || tagged_nodes_ != 0;
+      if (host_lengths != nullptr)
+        match_walk<true, true>(root, key, n, tags, touch, lengths, host_lengths, &pos, &partial);
+      else if (tagged)
+        match_walk<true, false>(root, key, n, tags, touch, lengths, nullptr, &pos, &partial);
       else
-        match_walk<false>(root, key, n, nullptr, touch, lengths, &pos, &partial);
+        match_walk<false, false>(root, key, n, nullptr, touch, lengths, nullptr, &pos, &partial);
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
         lengths[i * 64 + __builtin_ctzll(bits)] = static_cast<int64_t>(pos + partial);
+    if (host_lengths != nullptr)
+      for (uint32_t i : host_active_)
+        for (uint64_t bits = host_alive_[i]; bits != 0; bits &= bits - 1)
+          host_lengths[i * 64 + __builtin_ctzll(bits)] = static_cast<int64_t>(pos + partial);
     if (touch) touch_counted(lengths, slots, pos, partial);
     return pos + partial;
   }
@@ -367,7 +408,7 @@ class MetaTree {
   // nothing in between); returns pages newly marked.
   uint64_t apply_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
                         const uint64_t* hashes, uint32_t n_blocks, const Token* tokens,
-                        const uint64_t* tags) {
+                        const uint64_t* tags, uint32_t tier) {
     require(landing_.size() == n_blocks, "apply_stored without check_stored");
     ++clock_;
     Worker& wk = workers_[w];
@@ -385,32 +426,34 @@ class MetaTree {
       } else if (nodes_[c].length > page_size_) {
         c = split(c, page_size_);
       }
-      if (!holds(w, c)) {
+      if (!holds(w, c, tier)) {
         // Marking it as named right away spares a worker's bit in `unnamed`
         // (and with it, past 64 workers, an allocation per node).
         const MetaNode& cn = nodes_[c];
-        mark(w, c, cn.shared && cn.hash == hashes[i] && own_name(w, hashes[i]) == kNoNode);
+        mark(w, c, tier, cn.shared && cn.hash == hashes[i] && own_name(w, hashes[i]) == kNoNode);
         ++newly;
       }
       bind(w, c, hashes[i]);
       node = c;
     }
     landing_.clear();
-    if (wk.approximate() && n_blocks != 0) {  // an empty event refreshes nothing
+    // An empty event refreshes nothing; a host event is no use of the device.
+    if (wk.approximate() && n_blocks != 0 && tier == 0) {
       for (uint32_t x = node; nodes_[x].parent != kNoNode; x = nodes_[x].parent)
-        if (holds(w, x)) stamp(w, x);
+        if (holds(w, x, 0)) stamp(w, x);
       evict(w);
     }
     return newly;
   }
 
-  // Unmarks the blocks of w named by hashes (unknown ones are skipped).
-  uint64_t apply_removed(uint32_t w, const uint64_t* hashes, uint32_t n_blocks) {
+  // Unmarks on `tier` the blocks of w named by hashes (unknown ones, and
+  // those w holds on the other tier only, are skipped).
+  uint64_t apply_removed(uint32_t w, const uint64_t* hashes, uint32_t n_blocks, uint32_t tier) {
     uint64_t removed = 0;
     for (uint32_t i = 0; i < n_blocks; ++i) {
       const uint32_t node = named_node(w, hashes[i]);
-      if (node == kNoNode) continue;
-      unmark(w, node);
+      if (node == kNoNode || !holds(w, node, tier)) continue;
+      unmark(w, node, tier);
       prune(node);
       ++removed;
     }
@@ -437,7 +480,7 @@ class MetaTree {
         pos = end;
         continue;
       }
-      if (!holds(w, c)) return false;
+      if (!holds_any(w, c)) return false;
       uint32_t target = c;
       if (n < end) target = split(c, static_cast<uint32_t>(n - pos));
       if (nodes_[target].length > page_size_)
@@ -461,14 +504,15 @@ class MetaTree {
     return out;
   }
 
-  // The nodes w holds: in eviction order for an approximate worker (so that
-  // replaying them restores its recency), else in nodes_in_order() order.
-  std::vector<uint32_t> held_in_order(uint32_t w) const {
+  // The nodes w holds on `tier`: on the device of an approximate worker in
+  // eviction order (so that replaying them restores its recency), else in
+  // nodes_in_order() order.
+  std::vector<uint32_t> held_in_order(uint32_t w, uint32_t tier) const {
     const Worker& wk = workers_[w];
     std::vector<uint32_t> out;
-    if (!wk.approximate()) {
+    if (!wk.approximate() || tier != 0) {
       for (uint32_t x : nodes_in_order())
-        if (holds(w, x)) out.push_back(x);
+        if (holds(w, x, tier)) out.push_back(x);
       return out;
     }
     std::vector<LruEntry> entries;
@@ -519,7 +563,8 @@ class MetaTree {
     size_t total = sizeof(*this) + nodes_.memory_bytes() + arena_.memory_bytes();
     for (uint32_t x : nodes_in_order()) {
       const MetaNode& n = nodes_[x];
-      total += n.children.heap_bytes() + n.holders.heap_bytes() + n.unnamed.heap_bytes();
+      total += n.children.heap_bytes() + n.holders.heap_bytes() + n.host.heap_bytes() +
+               n.unnamed.heap_bytes();
     }
     for (uint32_t ns : namespace_ids()) total += nodes_[root_of(ns)].children.heap_bytes();
     total += shared_.memory_bytes() + roots_.size() * (sizeof(RootEntry) + 16) +
@@ -535,8 +580,9 @@ class MetaTree {
 
   // Verifies every invariant in O(nodes + marks); throws std::logic_error.
   void check_invariants() const {
-    std::vector<uint64_t> held(workers_.size(), 0);
+    std::vector<uint64_t> held(workers_.size(), 0), host(workers_.size(), 0);
     std::vector<uint64_t> held_count(workers_.size(), 0);
+    uint64_t host_count = 0;
     uint32_t count = 0, tagged = 0;
     size_t shared = 0;
     std::vector<uint32_t> stack;
@@ -566,7 +612,8 @@ class MetaTree {
       ++count;
       tagged += n.extra != 0;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
-      require(n.holders.any() || !n.children.empty(), "a node with no holders and no children");
+      require(n.holders.any() || n.host.any() || !n.children.empty(),
+              "a node with no holders and no children");
       if (n.shared) {
         ++shared;
         require(n.length == page_size_, "a hashed page is not a one-page node");
@@ -576,7 +623,7 @@ class MetaTree {
       } else {
         require(!n.unnamed.any(), "unnamed holders of a node without a shared hash");
       }
-      n.unnamed.for_each([&](uint32_t w) { require(n.holders.test(w), "a non-holder is listed"); });
+      n.unnamed.for_each([&](uint32_t w) { require(holds_any(w, x), "a non-holder is listed"); });
       n.holders.for_each([&](uint32_t w) {
         require(w < workers_.size() && workers_[w].live, "a node is held by a dead worker");
         const Worker& wk = workers_[w];
@@ -584,23 +631,35 @@ class MetaTree {
         held[w] += n.length;
         ++held_count[w];
       });
+      n.host.for_each([&](uint32_t w) {
+        require(w < workers_.size() && workers_[w].live, "a node is held by a dead worker");
+        host[w] += n.length;
+        ++host_count;
+        if (!n.holders.test(w)) ++held_count[w];  // a node held on both tiers counts once
+      });
     }
     require(count == node_count_, "node_count is wrong");
     require(tagged == tagged_nodes_, "the count of tagged nodes is wrong");
+    require(host_count == host_marks_, "the count of host marks is wrong");
     require(shared == shared_.size(), "the shared hash map names nodes nobody names");
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       const Worker& wk = workers_[w];
       require(wk.held_tokens == held[w], "a worker's held tokens are wrong");
+      require(wk.host_tokens == host[w], "a worker's host tokens are wrong");
       require(wk.held_count == held_count[w], "a worker's held node count is wrong");
       require(wk.held_tokens <= wk.capacity, "an approximate worker exceeds its capacity");
-      require(!wk.approximate() || wk.stamps.size() == held_count[w], "stale stamps");
-      for (uint32_t x : held_nodes(w)) require(holds(w, x), "held_nodes lists a node not held");
+      if (wk.approximate()) {
+        size_t on_device = 0;
+        for (uint32_t x : held_nodes(w)) on_device += holds(w, x, 0);
+        require(wk.stamps.size() == on_device, "stale stamps");
+      }
+      for (uint32_t x : held_nodes(w)) require(holds_any(w, x), "held_nodes lists a node not held");
       require(held_nodes(w).size() == held_count[w], "a held node is missing from the list");
       require(wk.own_blocks.size() == wk.own_hash_of.size(), "a worker's own hash maps differ");
       wk.own_blocks.for_each([&](uint64_t h, uint32_t x) {
         const uint64_t* back = wk.own_hash_of.find(x);
         require(back != nullptr && *back == h, "a worker's own hash maps are not inverse");
-        require(holds(w, x) && nodes_[x].length == page_size_ && !names_shared(nodes_[x], w),
+        require(holds_any(w, x) && nodes_[x].length == page_size_ && !names_shared(nodes_[x], w),
                 "a worker's own hash names a node it does not hold as one page");
         const uint32_t* other = shared_.find(h);
         require(other == nullptr || !names_shared(nodes_[*other], w), "a hash names two nodes");
@@ -610,6 +669,11 @@ class MetaTree {
 
  private:
   static constexpr uint32_t kNoWorker = UINT32_MAX;  // add_path: mark nobody
+
+ public:
+  static constexpr uint32_t kAllTiers = 3;  // clear_worker: the device (bit 0) and the host
+
+ private:
 
   struct LruEntry {
     uint64_t stamp;
@@ -627,8 +691,9 @@ class MetaTree {
   struct Worker {
     bool live = false;
     uint64_t capacity = kNoCapacity;
-    uint64_t held_tokens = 0;
-    uint64_t held_count = 0;                // nodes held
+    uint64_t held_tokens = 0;               // on the device
+    uint64_t host_tokens = 0;
+    uint64_t held_count = 0;                // nodes held, on either tier
     std::vector<uint32_t> marked;           // nodes marked since the last compaction (lazy)
     FlatMap<uint32_t, uint64_t> stamps;     // approximate only: held node -> last access
     std::vector<LruEntry> lru;              // approximate only; stale entries skipped
@@ -740,10 +805,12 @@ class MetaTree {
   // match's walk down key[0, n) from root: drops the workers that stop
   // holding, and leaves in *pos the tokens of the whole nodes matched and in
   // *partial those matched inside the last one. kTags: the key or the tree
-  // has tags (a tree without any never needs a tag compared).
-  template <bool kTags>
+  // has tags (a tree without any never needs a tag compared); kHost: the
+  // lengths on either tier are wanted too (a second set of workers still in).
+  template <bool kTags, bool kHost>
   void match_walk(uint32_t root, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
-                  int64_t* lengths, uint64_t* pos_out, uint64_t* partial) {
+                  int64_t* lengths, int64_t* host_lengths, uint64_t* pos_out,
+                  uint64_t* partial) {
     uint64_t pos = 0;
     uint32_t c = child_at<kTags>(root, key, 0, tags);
     while (c != kNoNode) {
@@ -753,7 +820,9 @@ class MetaTree {
       // of cache misses then overlap instead of queueing one behind the other.
       const bool whole = m == cn.length;
       const uint32_t next = whole && pos + m < n ? child_at<kTags>(c, key, pos + m, tags) : kNoNode;
-      if (!active_.empty()) drop_non_holders(cn.holders, pos, lengths);
+      if (!active_.empty()) drop_non_holders<false>(cn, pos, lengths, alive_, active_);
+      if (kHost && !host_active_.empty())
+        drop_non_holders<true>(cn, pos, host_lengths, host_alive_, host_active_);
       if (touch) path_.push_back(c);
       if (!whole) {
         *partial = m;
@@ -773,18 +842,24 @@ class MetaTree {
                               [&](uint32_t c) { return nodes_[c].label; });
   }
 
-  // Workers still matching that do not hold `holders` stop at depth pos.
-  void drop_non_holders(const LocationSet& holders, uint64_t pos, int64_t* lengths) {
-    const uint32_t held_words = holders.word_count();
+  // Workers still matching (alive: a bit per index; active: the nonzero
+  // words) that do not hold node n on the device (kEither: nor on the host)
+  // stop at depth pos.
+  template <bool kEither>
+  static void drop_non_holders(const MetaNode& n, uint64_t pos, int64_t* lengths,
+                               std::vector<uint64_t>& alive, std::vector<uint32_t>& active) {
+    const uint32_t held_words = n.holders.word_count();
+    const uint32_t host_words = kEither ? n.host.word_count() : 0;
     size_t keep = 0;
-    for (uint32_t i : active_) {
-      const uint64_t have = i < held_words ? holders.word(i) : 0;
-      for (uint64_t drop = alive_[i] & ~have; drop != 0; drop &= drop - 1)
+    for (uint32_t i : active) {
+      uint64_t have = i < held_words ? n.holders.word(i) : 0;
+      if (kEither && i < host_words) have |= n.host.word(i);
+      for (uint64_t drop = alive[i] & ~have; drop != 0; drop &= drop - 1)
         lengths[i * 64 + __builtin_ctzll(drop)] = static_cast<int64_t>(pos);
-      alive_[i] &= have;
-      if (alive_[i] != 0) active_[keep++] = i;
+      alive[i] &= have;
+      if (alive[i] != 0) active[keep++] = i;
     }
-    active_.resize(keep);
+    active.resize(keep);
   }
 
   // match(touch=True): each approximate worker's counted pages take a new stamp.
@@ -823,7 +898,7 @@ class MetaTree {
       if (c == kNoNode) return;
       // Only whole nodes on the key's path: the insert cut where recency differs.
       if (nodes_[c].depth > n || common(c, key, pos, n, tags) < nodes_[c].length) return;
-      if (holds(w, c)) stamp(w, c);
+      if (holds(w, c, 0)) stamp(w, c);
       node = c;
       pos = nodes_[c].depth;
     }
@@ -864,7 +939,7 @@ class MetaTree {
       const uint32_t x = e.node;
       const uint64_t have = nodes_[x].length / page_size_;
       if (have > pages) split(x, static_cast<uint32_t>((have - pages) * page_size_));
-      unmark(w, x);
+      unmark(w, x, 0);
       prune(x);
       freed = true;
     }
@@ -877,36 +952,57 @@ class MetaTree {
     std::vector<uint32_t> out;
     out.reserve(wk.marked.size());
     for (uint32_t x : wk.marked)
-      if (nodes_[x].alive && holds(w, x)) out.push_back(x);
+      if (nodes_[x].alive && holds_any(w, x)) out.push_back(x);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
-  // w holds x now; `by_shared_hash`: and names it by its shared hash.
-  void mark(uint32_t w, uint32_t x, bool by_shared_hash = false) {
+  // w holds x on `tier` now; `by_shared_hash`: and names it by its shared
+  // hash (if it did not hold it on the other tier, whose naming stands).
+  void mark(uint32_t w, uint32_t x, uint32_t tier, bool by_shared_hash = false) {
     Worker& wk = workers_[w];
     MetaNode& n = nodes_[x];
-    n.holders.set(w);
-    if (n.shared && !by_shared_hash) n.unnamed.set(w);
-    wk.held_tokens += nodes_[x].length;
-    ++wk.held_count;
-    wk.marked.push_back(x);
-    if (wk.marked.size() > 2 * wk.held_count + 64) wk.marked = held_nodes(w);
-    if (wk.approximate()) {
-      wk.stamps.put(x, clock_);
-      push_lru(wk, x, clock_);
+    const bool first = !holds_any(w, x);
+    if (tier != 0) {
+      n.host.set(w);
+      wk.host_tokens += n.length;
+      ++host_marks_;
+    } else {
+      n.holders.set(w);
+      wk.held_tokens += n.length;
+      if (wk.approximate()) {
+        wk.stamps.put(x, clock_);
+        push_lru(wk, x, clock_);
+      }
+    }
+    if (first) {  // after the mark: compacting the list keeps only what w holds
+      if (n.shared && !by_shared_hash) n.unnamed.set(w);
+      ++wk.held_count;
+      wk.marked.push_back(x);
+      if (wk.marked.size() > 2 * wk.held_count + 64) wk.marked = held_nodes(w);
     }
   }
 
-  void unmark(uint32_t w, uint32_t x) {
+  // w no longer holds x on `tier`; its name for x goes with its last tier.
+  void unmark(uint32_t w, uint32_t x, uint32_t tier) {
     Worker& wk = workers_[w];
-    unbind(w, x);
-    nodes_[x].holders.reset(w);
-    nodes_[x].unnamed.reset(w);
-    wk.held_tokens -= nodes_[x].length;
-    --wk.held_count;
-    if (wk.approximate()) wk.stamps.erase(x);
+    MetaNode& n = nodes_[x];
+    const bool last = !(tier == 0 ? n.host : n.holders).test(w);
+    if (last) unbind(w, x);  // while w still holds x: unbind reads its naming
+    if (tier != 0) {
+      n.host.reset(w);
+      wk.host_tokens -= n.length;
+      --host_marks_;
+    } else {
+      n.holders.reset(w);
+      wk.held_tokens -= n.length;
+      if (wk.approximate()) wk.stamps.erase(x);
+    }
+    if (last) {
+      n.unnamed.reset(w);
+      --wk.held_count;
+    }
   }
 
   // The one-page node that w names by hash, or kNoNode.
@@ -936,10 +1032,20 @@ class MetaTree {
   }
 
   bool names_shared(const MetaNode& n, uint32_t w) const {
-    return n.shared && n.holders.test(w) && !n.unnamed.test(w);
+    return n.shared && (n.holders.test(w) || n.host.test(w)) && !n.unnamed.test(w);
   }
   bool any_namer(const MetaNode& n) const {
-    return n.shared && n.holders.count() > n.unnamed.count();
+    if (!n.shared) return false;
+    // Some holder, on either tier, not listed as unnamed: an early exit, where
+    // counting both sets would read every word.
+    const uint32_t words = std::max(n.holders.word_count(), n.host.word_count());
+    for (uint32_t i = 0; i < words; ++i) {
+      const uint64_t dev = i < n.holders.word_count() ? n.holders.word(i) : 0;
+      const uint64_t host = i < n.host.word_count() ? n.host.word(i) : 0;
+      const uint64_t unnamed = i < n.unnamed.word_count() ? n.unnamed.word(i) : 0;
+      if (((dev | host) & ~unnamed) != 0) return true;
+    }
+    return false;
   }
 
   // Names one-page node x of w by hash (dropping the name it had before).
@@ -956,9 +1062,11 @@ class MetaTree {
       n.shared = true;
       n.hash = hash;
       shared_.put(hash, x);
-      n.holders.for_each([&](uint32_t v) {
+      const auto unnamed = [&](uint32_t v) {
         if (v != w) n.unnamed.set(v);  // they hold it, but never named it so
-      });
+      };
+      n.holders.for_each(unnamed);
+      n.host.for_each(unnamed);
       return;
     }
     if (n.shared && n.hash == hash) {
@@ -1011,6 +1119,7 @@ class MetaTree {
     MetaNode& cn = nodes_[c];
     MetaNode& un = nodes_[u];
     un.holders = cn.holders;
+    un.host = cn.host;
     un.alive = true;
     un.ns = cn.ns;
     un.extra = 0;  // only untagged nodes have more than one page to cut
@@ -1026,21 +1135,28 @@ class MetaTree {
         push_lru(wk, u, stamp);
       }
     });
+    cn.host.for_each([&](uint32_t w) {
+      ++host_marks_;
+      if (cn.holders.test(w)) return;  // counted above
+      ++workers_[w].held_count;
+      workers_[w].marked.push_back(u);
+    });
     return u;
   }
 
   // Adds key[from, to) below parent as new nodes: a run of untagged pages is
   // one node, a tagged page a node of its own (tags: one per page of the
-  // key, or null). Marks each for w unless w is kNoWorker; returns the last.
+  // key, or null). Marks each for w on `tier` unless w is kNoWorker; returns
+  // the last.
   uint32_t add_path(uint32_t parent, const Token* key, uint64_t from, uint64_t to,
-                    const uint64_t* tags, uint32_t w) {
+                    const uint64_t* tags, uint32_t w, uint32_t tier) {
     while (from < to) {
       const uint64_t tag = tag_at(tags, from);
       uint64_t end = from + page_size_;
       if (tag == 0)
         while (end < to && tag_at(tags, end) == 0) end += page_size_;
       parent = add_leaf(parent, key + from, static_cast<uint32_t>(end - from), tag);
-      if (w != kNoWorker) mark(w, parent);
+      if (w != kNoWorker) mark(w, parent, tier);
       from = end;
     }
     return parent;
@@ -1068,7 +1184,7 @@ class MetaTree {
   // children, and then the root they led to if that empties a namespace.
   void prune(uint32_t x) {
     while (nodes_[x].parent != kNoNode && nodes_[x].alive && nodes_[x].children.empty() &&
-           !nodes_[x].holders.any()) {
+           !nodes_[x].holders.any() && !nodes_[x].host.any()) {
       MetaNode& n = nodes_[x];
       const uint32_t p = n.parent;
       nodes_[p].children.remove(child_key(n.label, n.extra), x);
@@ -1077,6 +1193,7 @@ class MetaTree {
       n.alive = false;
       n.children.clear();
       n.holders.clear();
+      n.host.clear();
       n.unnamed.clear();
       n.shared = false;
       nodes_.release(x);
@@ -1115,6 +1232,7 @@ class MetaTree {
   uint32_t root_ = kNoNode;
   uint32_t node_count_ = 0;
   uint32_t tagged_nodes_ = 0;  // nodes with an extra tag: while 0, matches compare none
+  uint64_t host_marks_ = 0;
   uint64_t clock_ = 0;
   std::vector<Worker> workers_;
   std::vector<uint64_t> live_mask_{0};
@@ -1128,8 +1246,8 @@ class MetaTree {
   uint64_t root_serial_ = 0;
   std::vector<uint32_t> dropped_namespaces_;
   // Scratch reused across calls (no allocation on the hot path).
-  std::vector<uint64_t> alive_;
-  std::vector<uint32_t> active_;
+  std::vector<uint64_t> alive_, host_alive_;
+  std::vector<uint32_t> active_, host_active_;
   std::vector<uint32_t> path_;
   std::vector<uint8_t> repeat_;
   std::vector<uint32_t> landing_;  // check_stored -> apply_stored: blocks' existing nodes
