@@ -179,3 +179,22 @@ def test_lora_salt_and_images_reach_the_tree_as_page_identity() -> None:
     assert tree.match([*img, 1, 2], extras=[tag_b, 0]).length_of(w) == 2  # B's continuation: none
     assert tree.match([1, 2]).length_of(w) == 0  # the adapter's page is in its namespace only
     assert tree.match([1, 2], namespace="lora:adapter").length_of(w) == 2
+
+
+def test_host_media_reach_the_tree_as_tier_1() -> None:
+    """vLLM's CPU offload and SGLang's HiCache pages count in host_lengths, not lengths."""
+    tree = MetaTree(2)
+    w = tree.add_worker("w")
+    replayer = Replayer(tree)
+    conv = BatchConverter(2)
+    events = [
+        stored([0xA], [1, 2], medium="GPU"),
+        stored([0xB], [3, 4], parent=0xA, medium="CPU"),
+        stored([0xC], [5, 6], parent=0xB, medium="CPU_PINNED"),
+    ]
+    replayer.submit_batch(
+        "w", 0, 0, conv.records(EventBatch(0.0, events, 0), worker="w", dp_rank=0, seq=0)
+    )
+    assert replayer.replay().malformed == 0
+    m = tree.match([1, 2, 3, 4, 5, 6])
+    assert (int(m.lengths[w.index]), int(m.host_lengths[w.index])) == (2, 6)
