@@ -871,6 +871,7 @@ cdef class CacheCore:
         except RuntimeError as exc:
             raise AssertionError(str(exc)) from None
 include "_meta_core.pxi"
+include "_scan_core.pxi"
 
 
 # -- wire helpers ----------------------------------------------------------------------

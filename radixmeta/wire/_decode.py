@@ -99,6 +99,9 @@ class BatchDecoder:
     converters : mapping of str to callable
         Per tag, the function from a decoded wire struct to the public event.
         It may raise :class:`~radixmeta.wire._normalise.Invalid`.
+    native : callable, optional
+        Tried first on map-era batches (:mod:`radixmeta.wire._scan`); its
+        ``None`` sends the batch down the two msgspec paths.
     """
 
     def __init__(
@@ -106,7 +109,9 @@ class BatchDecoder:
         events: Sequence[EventSchema],
         map_since: Version,
         converters: Mapping[str, Converter],
+        native: Callable[[Any], EventBatch | None] | None = None,
     ) -> None:
+        self._native = native
         self._convert: dict[type, Converter] = {}
         self._fields: dict[tuple[str, bool], tuple[Field, ...]] = {}
         # Per form (array, map) and path (fast, exact): the structs of the three events.
@@ -140,8 +145,13 @@ class BatchDecoder:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             msg = f"data must be bytes, got {type(data).__name__}"
             raise InputTypeError(msg)
+        is_map = _first_event_is_map(data)
+        if is_map and self._native is not None:
+            batch = self._native(data)
+            if batch is not None:
+                return batch
         try:
-            wire = self._fast[_first_event_is_map(data)].decode(data)
+            wire = self._fast[is_map].decode(data)
             convert = self._convert
             events = [convert[type(e)](e) for e in wire.events]
         except (msgspec.DecodeError, Invalid):

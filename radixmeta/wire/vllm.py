@@ -156,7 +156,10 @@ def _removed(e: Any) -> BlockRemoved:
     )
 
 
-_CODEC = Codec(_PROFILE, stored=_stored, removed=_removed)
+# The native scanner takes canonical hashes only (non-negative ints); signed and
+# bytes hashes go the msgspec way, which keeps them as sent in WireHashes.
+_NATIVE_KINDS = {_HASHES: "hashes_u64", _PARENT: "hash_u64_or_nil"}
+_CODEC = Codec(_PROFILE, stored=_stored, removed=_removed, native_kinds=_NATIVE_KINDS)
 SUPPORTED = _CODEC.layouts.range_text
 """The releases this module knows, as ``"0.9.0 to 0.33.x"``."""
 
