@@ -90,6 +90,9 @@ MATCH_SPEEDUP_GOAL = {4: 10.0, 256: 10.0}
 APPLY_SPEEDUP_GOAL = 3.0
 BATCH_GOAL_BLOCKS_PER_S = 5e6
 MEMORY_GOAL_BYTES = 16.0
+BYTES_SPEEDUP_GOAL = 1.5  # decode + apply of map-era vLLM batches, against Dynamo's apply_event
+BYTES_SPEEDUP_AT = (4, 64)
+VLLM_EVENTS_PER_BATCH = 8
 MAX_RUNS = 100  # cap on the runs that --min-time adds
 
 
@@ -252,6 +255,7 @@ class Inputs:
     mt_ids: list[Any] | None = None
     dyn_events: list[tuple[int, bytes]] | None = None
     encode_s: float = 0.0  # JSON encoding of dyn_events
+    vllm_batches: list[tuple[int, bytes]] | None = None  # (worker index, vLLM 0.33 bytes)
 
 
 def prepare(
@@ -266,9 +270,50 @@ def prepare(
     if metatree is not None:
         _, inp.mt_ids = new_metatree(metatree, args.page_size, n_workers)
         inp.mt_calls = metatree_calls(fleet, events, inp.mt_ids, args.page_size)
+        inp.vllm_batches = vllm_batches(events, inp.mt_calls, args.page_size)
     if local is not None:
         inp.encode_s, inp.dyn_events = _timed(dynamo_stored, fleet, events, local)
     return inp
+
+
+def vllm_batches(
+    events: list[StoredEvent], calls: list[Any], page_size: int
+) -> list[tuple[int, bytes]]:
+    """The same stored events as a vLLM 0.33 (map era) fleet publishes them.
+
+    Each worker's events go out in order, in batches of up to
+    ``VLLM_EVENTS_PER_BATCH`` (a scheduler step's worth); a batch names one worker,
+    as a publisher per worker does.
+    """
+    from radixmeta.wire import BlockStored, EventBatch, vllm
+
+    pending: dict[int, list[Any]] = {}
+    out: list[tuple[int, bytes]] = []
+
+    def flush(worker: int) -> None:
+        batch = EventBatch(0.0, pending.pop(worker), 0)
+        out.append((worker, vllm.encode_batch(batch, version="0.33")))
+
+    for event, (_, parent, hashes, tokens) in zip(events, calls, strict=True):
+        stored = BlockStored(hashes, parent, tokens, page_size, medium="GPU", group_idx=0)
+        pending.setdefault(event.worker, []).append(stored)
+        if len(pending[event.worker]) == VLLM_EVENTS_PER_BATCH:
+            flush(event.worker)
+    for worker in sorted(pending):
+        flush(worker)
+    return out
+
+
+def mt_apply_vllm(tree: Any, ids: list[Any], batches: list[tuple[int, bytes]]) -> int:
+    """Decode each vLLM batch and apply its events: the router's path from the socket."""
+    from radixmeta.wire import vllm
+
+    decode, apply, marked = vllm.decode_batch, tree.apply_stored, 0
+    for worker_index, data in batches:
+        worker = ids[worker_index]
+        for e in decode(data).events:
+            marked += apply(worker, e.parent_block_hash, e.block_hashes, e.token_ids)
+    return marked
 
 
 def sample(run: Callable[[], float], args: argparse.Namespace) -> list[float]:
@@ -321,8 +366,17 @@ def time_apply(
             expect_applied(statuses, "apply_events")
             return seconds
 
+        def vllm_run() -> float:
+            seconds, marked = _timed(mt_apply_vllm, fresh(), inp.mt_ids, inp.vllm_batches)
+            if marked != blocks:
+                msg = f"vLLM bytes marked {marked} pages, expected {blocks}"
+                raise AssertionError(msg)
+            return seconds
+
         res["metatree_apply_stored"] = rate(sample(each_run, args), blocks)
         res["metatree_apply_events"] = rate(sample(batch_run, args), blocks)
+        if inp.vllm_batches is not None:
+            res["metatree_vllm_bytes"] = rate(sample(vllm_run, args), blocks)
         res["metatree_node_count"] = int(trees["metatree"].node_count)
     return res, trees
 
@@ -564,8 +618,10 @@ def apply_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "(json encode)",
         "MT apply_stored",
         "MT apply_events",
+        "MT vLLM bytes",
         "stored/dyn",
         "events/dyn",
+        "bytes/dyn",
     ]
     rows = []
     for w, r in results.items():
@@ -573,6 +629,7 @@ def apply_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         dy = _get(a, "dynamo", "blocks_per_s")
         each = _get(a, "metatree_apply_stored", "blocks_per_s")
         batch = _get(a, "metatree_apply_events", "blocks_per_s")
+        wire = _get(a, "metatree_vllm_bytes", "blocks_per_s")
         rows.append(
             [
                 w,
@@ -582,8 +639,10 @@ def apply_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 compare._fmt(_get(a, "dynamo_json_encode", "blocks_per_s")),
                 compare._fmt(each),
                 compare._fmt(batch),
+                compare._fmt(wire),
                 _speedup(each, dy),
                 _speedup(batch, dy),
+                _speedup(wire, dy),
             ]
         )
     return header, rows
@@ -700,6 +759,11 @@ def check_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         each = _get(a, "metatree_apply_stored", "blocks_per_s")
         speedup = ratio(each, _get(a, "dynamo", "blocks_per_s"))
         add("apply_stored speedup vs dynamo (x)", w, speedup, APPLY_SPEEDUP_GOAL, True)
+        if int(w) in BYTES_SPEEDUP_AT:
+            wire = ratio(
+                _get(a, "metatree_vllm_bytes", "blocks_per_s"), _get(a, "dynamo", "blocks_per_s")
+            )
+            add("vLLM 0.33 bytes -> MetaTree vs dynamo JSON (x)", w, wire, BYTES_SPEEDUP_GOAL, True)
         batch = ratio(_get(a, "metatree_apply_events", "blocks_per_s"), 1e6)
         add("apply_events (M blocks/s)", w, batch, BATCH_GOAL_BLOCKS_PER_S / 1e6, True)
         if int(w) in MATCH_GOAL_US:
