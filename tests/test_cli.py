@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 from test_fleet import free_port_block
 
+from radixmeta.errors import InvalidInputError
+from radixmeta.subscription import WorkerEndpoint
 from radixmeta.transport import ZmqPublisher
 from radixmeta.wire import BlockRemoved, BlockStored, EventBatch, vllm
 
@@ -111,7 +114,39 @@ def test_listen_refuses_a_bad_worker_spec() -> None:
         timeout=30,
     )
     assert proc.returncode == 2
-    assert "a worker is NAME=ENDPOINT[,replay=ENDPOINT], got 'nameless'" in proc.stderr
+    assert (
+        "a worker is NAME=ENDPOINT[,replay=ENDPOINT][,snapshot=yes|no], got 'nameless'"
+        in proc.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("w=tcp://h:1", WorkerEndpoint("w", "tcp://h:1")),
+        ("w=tcp://h:1,replay=tcp://h:2", WorkerEndpoint("w", "tcp://h:1", "tcp://h:2")),
+        ("w=tcp://h:1,replay=tcp://h:2,snapshot=yes",
+         WorkerEndpoint("w", "tcp://h:1", "tcp://h:2", snapshot=True)),
+        ("w=tcp://h:1,snapshot=no,replay=tcp://h:2",
+         WorkerEndpoint("w", "tcp://h:1", "tcp://h:2", snapshot=False)),
+    ],
+)
+def test_worker_specs(spec: str, expected: WorkerEndpoint) -> None:
+    assert WorkerEndpoint.parse(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("w=tcp://h:1,snapshot=maybe", "unknown worker option 'snapshot=maybe'"),
+        ("w=tcp://h:1,snapshot", "unknown worker option 'snapshot'"),
+        ("w=tcp://h:1,replay=", "unknown worker option 'replay='"),
+        ("w=tcp://h:1,snapshot=yes", "snapshots are asked on the replay endpoint"),
+    ],
+)
+def test_bad_worker_specs(spec: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        WorkerEndpoint.parse(spec)
 
 
 def test_listen_shows_its_table_and_stops_when_idle() -> None:
