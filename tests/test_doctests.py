@@ -7,6 +7,7 @@ import pytest
 import radixmeta.cache
 import radixmeta.log
 import radixmeta.meta
+import radixmeta.publishing
 import radixmeta.replay
 import radixmeta.wire._sglang_hash
 import radixmeta.wire.sglang
@@ -16,6 +17,7 @@ MODULES = [
     radixmeta.cache,
     radixmeta.log,
     radixmeta.meta,
+    radixmeta.publishing,
     radixmeta.replay,
     radixmeta.wire.vllm,
     radixmeta.wire.sglang,
