@@ -27,6 +27,7 @@ __all__ = [
     "LogTruncatedError",
     "TransportClosedError",
     "DecodeError",
+    "PolicyError",
 ]
 
 
@@ -122,4 +123,15 @@ class DecodeError(RadixMetaError, ValueError):
     range. The message names the byte offset or the field, for example
     ``batch[1][3]: BlockStored.token_ids must be an array of integers, got str``.
     A batch that raises decodes to nothing: no event of it is returned.
+    """
+
+
+class PolicyError(RadixMetaError, ValueError):
+    """A routing policy or cost model cannot be built as asked.
+
+    Raised by :func:`radixmeta.policies.create` for a name that is not a built-in
+    policy or a parameter the policy does not take, by a policy's constructor for a
+    parameter value out of its range (a negative threshold, an unknown load
+    measure), and by :func:`radixmeta.policies.costs.prefill_model` for an unknown
+    model name. A parameter of the wrong type is an :class:`InputTypeError`.
     """
