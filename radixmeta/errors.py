@@ -30,6 +30,7 @@ __all__ = [
     "WorkloadError",
     "DataNotFoundError",
     "OptionalDependencyError",
+    "PolicyError",
 ]
 
 
@@ -152,4 +153,15 @@ class OptionalDependencyError(RadixMetaError, ImportError):
 
     The message names the package and the pip extra that installs it, for example
     ``pip install 'radixmeta[sim]'``.
+    """
+
+
+class PolicyError(RadixMetaError, ValueError):
+    """A routing policy or cost model cannot be built as asked.
+
+    Raised by :func:`radixmeta.policies.create` for a name that is not a built-in
+    policy or a parameter the policy does not take, by a policy's constructor for a
+    parameter value out of its range (a negative threshold, an unknown load
+    measure), and by :func:`radixmeta.policies.costs.prefill_model` for an unknown
+    model name. A parameter of the wrong type is an :class:`InputTypeError`.
     """
