@@ -192,6 +192,18 @@ class Simulation:
         self.outputs = [max(1, int(o)) for o in outputs]
         self.config = config
 
+    @classmethod
+    def from_workload(cls, workload: Any, config: SimConfig) -> Simulation:
+        """The simulation of a :class:`~radixmeta.sim.workloads.Workload` (or any sequence of
+        requests with ``tokens``, ``arrival`` and ``output_len``)."""
+        requests = list(workload)
+        return cls(
+            [r.tokens for r in requests],
+            [r.arrival for r in requests],
+            [r.output_len for r in requests],
+            config,
+        )
+
     def run(self, progress: Callable[[int], None] | None = None) -> SimRun:
         """Simulate to the last finish; ``progress(k)`` is told of every k requests finished."""
         from radixmeta.router import Router  # the layer above the trees and events
