@@ -28,18 +28,21 @@
 // an offset never changes meaning while held, and the array keeps at least
 // every token from the lowest one a held record reads (the minimum of the held
 // records' bases) to the end. A record may name only runs at or above
-//   floor = max(that minimum, end - max_tokens)
+//   floor = max(that minimum, end - held_tokens)
 // and copies everything else from the tree, so the fallback is always exact.
 //
 // Bounds. Records are dropped exactly as if every path were copied whole: by
-// count (capacity) and by the tokens their paths spell (max_tokens), the newest
-// always staying. Memory: each record names nothing older than max_tokens
-// tokens before its own copies, and copies at most its path, so the buffer's
-// live part is at most max_tokens plus what the held records copied, at most
-// 2 * max_tokens (or max_tokens + the newest path when that is longer); in
-// practice it is a small part of that, since most of a path is named. The
-// array doubles when the live part would not fit and never moves a token
-// otherwise. Segments take 16 bytes, at most two for each kMinShared tokens
+// count (capacity) and by the tokens their paths spell (held_tokens, at most
+// max_tokens), the newest always staying; the ones a new record pushes out go
+// before it is written. Memory: a record names nothing further back than the
+// tokens held before it, and copies at most its path, so the buffer's live
+// part spans at most the tokens held when the furthest-reaching held record
+// was written plus those held now: twice the most ever held, so at most
+// 2 * max_tokens (a single longer path aside), and in practice less than one
+// max_tokens, since most of a path is named. The array (a power of two)
+// doubles when the live part would not fit, so it stays under twice the
+// largest live part (2 * max_tokens itself when that is a power of two, as by
+// default), and never moves a token otherwise. Segments take 16 bytes, at most two for each kMinShared tokens
 // named plus one per record; their list is compacted once its dead head
 // outgrows its live part (amortised O(1) per segment). Both keep their memory,
 // so in steady state they neither allocate nor fault pages in. The per-node
@@ -180,7 +183,7 @@ class EventRing final : public TreeObserver {
     push(kEventRemoved, tree, node);
   }
   void cleared(const RadixTree&) override {
-    rollback();
+    make_room(0);
     add_record({next_seq_, segment_end(), 0, 0, 0, kEventCleared}, tokens_.end());
     where_.clear();  // the tree is about to reuse every node id from its first generation
   }
@@ -258,11 +261,12 @@ class EventRing final : public TreeObserver {
   }
 
   void push(uint8_t kind, const RadixTree& tree, uint32_t node) {
-    rollback();
+    const uint64_t held = held_tokens_;
+    make_room(tree.node(node).depth);
     const uint64_t end = tokens_.end();
-    const uint64_t low = records_.empty() ? end : bases_.front().base;
+    const uint64_t low = bases_.empty() ? end : bases_.front().base;
     // Runs at or above the floor are safe to name (see the file comment).
-    const uint64_t floor = std::max(low, end - std::min(end, max_tokens_));
+    const uint64_t floor = std::max(low, end - std::min(end, held));
     // The path bottom up, deciding per node whether to name or copy its label.
     chain_.clear();
     uint64_t copy_tokens = 0;
@@ -298,7 +302,23 @@ class EventRing final : public TreeObserver {
     add_record({next_seq_, committed_, n.depth, n.depth - n.length, ns, kind}, base);
   }
 
-  // Adds a record whose segments were just written, then trims the ring.
+  // Drops the records that adding one of `length` tokens drops (the oldest,
+  // past capacity or max_tokens; the newest always stays, however long), so
+  // that the token array need hold only what the survivors read.
+  void make_room(uint64_t length) {
+    rollback();
+    while (!records_.empty() &&
+           (records_.size() >= capacity_ || held_tokens_ + length > max_tokens_)) {
+      held_tokens_ -= records_.front().length;
+      records_.pop_front();
+    }
+    while (!bases_.empty() && (records_.empty() || bases_.front().seq < records_.front().seq))
+      bases_.pop_front();
+    detail::compact_head(segments_, &segment_base_,
+                         records_.empty() ? committed_ : records_.front().first_segment);
+  }
+
+  // Adds a record whose segments were just written (after make_room).
   void add_record(const EventRecord& r, uint64_t base) {
     // bases_ holds the increasing minima of the held records' bases, newest
     // last (a sliding-window minimum): its front is the lowest token any held
@@ -313,13 +333,6 @@ class EventRing final : public TreeObserver {
     ++next_seq_;
     committed_ = segment_end();
     held_tokens_ += r.length;
-    // The newest record always stays, however long its path.
-    while (records_.size() > capacity_ || (records_.size() > 1 && held_tokens_ > max_tokens_)) {
-      held_tokens_ -= records_.front().length;
-      records_.pop_front();
-    }
-    while (bases_.front().seq < records_.front().seq) bases_.pop_front();
-    detail::compact_head(segments_, &segment_base_, records_.front().first_segment);
   }
 
   uint64_t capacity_;
