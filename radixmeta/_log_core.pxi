@@ -114,12 +114,15 @@ cdef class EventLogCore:
         # Copy out first: creating objects may run code that changes the cache and the ring.
         cdef vector[EventRecord] picked
         cdef vector[uint32_t] tokens
-        cdef size_t old
+        cdef size_t total = 0
         for k in range(begin, end):
             picked.push_back(ring.at(k))
-            old = tokens.size()
-            tokens.resize(old + ring.at(k).length)
-            ring.copy_path(k, tokens.data() + old)
+            total += ring.at(k).length
+        tokens.resize(total)  # one fill, then each path put together in place
+        total = 0
+        for k in range(begin, end):
+            ring.copy_path(k, tokens.data() + total)
+            total += ring.at(k).length
         return self._records(picked, tokens, None)
 
     cdef list _records(self, const vector[EventRecord]& picked, const vector[uint32_t]& tokens,
