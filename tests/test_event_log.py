@@ -179,6 +179,37 @@ def test_block_records_use_the_chosen_hash(log_impl: tuple[type, type]) -> None:
     assert signed == [-1944566869021170841, 9056173362842263460]
 
 
+def test_a_hash_callable_may_take_the_namespace(log_impl: tuple[type, type]) -> None:
+    """A scheme that accepts ``namespace`` is told each record's; a two-argument one is not."""
+    log_cls, cache_cls = log_impl
+    seen: list[Any] = []
+
+    def by_namespace(tokens: Any, page: int, *, namespace: Any) -> np.ndarray:
+        seen.append(namespace)
+        return np.arange(len(tokens) // page, dtype=np.uint64) + (100 if namespace else 0)
+
+    def with_kwargs(tokens: Any, page: int, **kwargs: Any) -> np.ndarray:
+        seen.append(kwargs)
+        return np.zeros(len(tokens) // page, dtype=np.uint64)
+
+    log = log_cls(form="blocks", hash=by_namespace, worker="w")
+    assert log.hash is by_namespace
+    cache = cache_cls(2, event_log=log)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4], namespace="salt:a")
+    cache.evict(100)
+    records = log.read()
+    assert seen == [None, "salt:a", None, "salt:a"]
+    assert [r.block_hashes.tolist() for r in records] == [[0, 1], [100, 101], [0, 1], [100, 101]]
+    assert [r.block_hashes.tolist() for r in cache.snapshot()] == []
+    seen.clear()
+    log = log_cls(form="blocks", hash=with_kwargs, worker="w")
+    cache = cache_cls(2, event_log=log)
+    cache.insert([5, 6], namespace=7)
+    log.read()
+    assert seen == [{"namespace": 7}]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "exc", "message"),
     [
