@@ -695,6 +695,21 @@ cdef class CacheCore:
             self._on_evict(evicted)
         return out.prefix_length
 
+    def path_values(self, node):
+        """The KV slots of the path from the root to ``node`` (int64, ``node.length`` of them).
+
+        What ``match_prefix`` gathers, for a node matched earlier with
+        ``values=False``. Complexity: O(nodes on the path + node.length).
+        """
+        cdef uint32_t index = self._node_index(node)
+        cdef cnp.ndarray out = _new_int64(self._tree.get().node(index).depth)
+        # Making the array can run code that uses this cache (a collection's
+        # finalizers): check the handle again before reading the tree.
+        index = self._node_index(node)
+        if cnp.PyArray_DIM(out, 0):
+            self._tree.get().path_values(index, <int64_t*>cnp.PyArray_DATA(out))
+        return out
+
     def lock(self, node):
         """Lock ``node`` and its path to the root against eviction. O(depth + log n)."""
         self._tree.get().lock(self._node_index(node))

@@ -523,6 +523,11 @@ class CacheCore:
             walk = walk.parent
 
     @atomic
+    def path_values(self, node: Node) -> np.ndarray:
+        """The KV slots of the path from the root to ``node`` (int64, ``node.length`` of them)."""
+        return np.array(self._path_values(self._node_of(node)), dtype=np.int64)
+
+    @atomic
     def lock_count(self, node: Node) -> int:
         """Number of locks held on ``node`` (directly or through descendants)."""
         return self._node_of(node).lock_count
