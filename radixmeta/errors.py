@@ -27,6 +27,8 @@ __all__ = [
     "LogTruncatedError",
     "TransportClosedError",
     "DecodeError",
+    "UnsupportedConfigurationError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -122,4 +124,22 @@ class DecodeError(RadixMetaError, ValueError):
     range. The message names the byte offset or the field, for example
     ``batch[1][3]: BlockStored.token_ids must be an array of integers, got str``.
     A batch that raises decodes to nothing: no event of it is returned.
+    """
+
+
+class UnsupportedConfigurationError(RadixMetaError, ValueError):
+    """An engine configuration that a radixmeta integration does not support.
+
+    Raised at startup, before the engine serves anything, by the SGLang
+    radix-cache backend (:doc:`sglang`) for the features it does not implement
+    (HiCache, session caches, Mamba and sliding-window models, ...). The message
+    names the flag or the model property and what to do instead.
+    """
+
+
+class UnsupportedVersionError(RadixMetaError, RuntimeError):
+    """An engine release whose interface differs from what the integration was written for.
+
+    The message names the release found and the releases the integration is
+    tested with.
     """
