@@ -594,3 +594,23 @@ def test_path_values_are_what_a_match_gathers(impl: type) -> None:
         cache.path_values(m.node)
     with pytest.raises(InputTypeError, match="node must be a Node handle, got int"):
         cache.path_values(3)
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_refresh_split_tail_stamps_the_cut_off_half(impl: type, refresh: bool) -> None:
+    """With refresh_split_tail the tokens past a split count as just used (SGLang's LRU)."""
+    cache = impl(eviction="lru", refresh_split_tail=refresh)
+    assert cache.refresh_split_tail is refresh
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    cache.insert([5, 6, 7, 8], [14, 15, 16, 17])
+    cache.match_prefix([1, 2, 9])  # splits [1, 2, 3, 4]: [3, 4] is the cut-off half
+    expected = [14, 15, 16, 17] if refresh else [12, 13]
+    assert cache.evict(1).values.tolist() == expected
+    cache = impl(refresh_split_tail=refresh)
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    cache.insert([5, 6, 7, 8], [14, 15, 16, 17])
+    cache.insert([1, 2, 9, 9], [20, 21, 22, 23])  # an insert's split stamps it the same way
+    assert cache.evict(1).values.tolist() == expected  # the new leaf [9, 9] is newest
+    cache.check()
+    with pytest.raises(InputTypeError, match="refresh_split_tail must be a bool, got int"):
+        impl(refresh_split_tail=1)

@@ -123,8 +123,13 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
             self._log = EventLog(
                 _LOG_CAPACITY, max_tokens=_LOG_TOKENS, form="blocks", hash=self._event_hashes
             )
+        # SGLang's trees stamp a node as used before they split it, so the tokens
+        # past the cut count as recent too: the same here, for the same eviction order.
         self._cache = RadixCache(
-            self.page_size, eviction=self.eviction_policy, event_log=self._log
+            self.page_size,
+            eviction=self.eviction_policy,
+            event_log=self._log,
+            refresh_split_tail=True,
         )
         self._seen = -1  # the last log record turned into events
         self._events: list[Any] = []
