@@ -131,11 +131,10 @@ def register() -> None:
     try:
         registry = importlib.import_module("sglang.srt.mem_cache.registry")
     except ImportError as exc:
-        msg = (
-            f"sglang {version} has no radix-cache backend registry "
-            f"(sglang.srt.mem_cache.registry): radixmeta's backend is tested with sglang "
-            f"{_tested()}"
-        )
+        found = "sglang is not installed" if version is None else f"sglang {version} has no "
+        if version is not None:
+            found += "radix-cache backend registry (sglang.srt.mem_cache.registry)"
+        msg = f"{found}: radixmeta's backend is tested with sglang {_tested()}"
         raise UnsupportedVersionError(msg) from exc
     if registry.get_radix_cache_factory(BACKEND_NAME) is not None:
         return

@@ -131,6 +131,8 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
             event_log=self._log,
             refresh_split_tail=True,
         )
+        self._table: Any = None  # the request pool's tensor, and a numpy view of it
+        self._table_np: Any = None
         self._seen = -1  # the last log record turned into events
         self._events: list[Any] = []
         if getattr(params, "enable_metrics", False):
@@ -141,11 +143,12 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
     def _tree_key(self, key: Any) -> tuple[Any, Namespace | None]:
         """The radixmeta key and namespace of a ``RadixKey``, without copying its tokens.
 
-        A capped key (``limit``) becomes a memoryview slice of its ``array('q')``;
-        radixmeta narrows int64 in one vectorised pass. An EAGLE bigram key
-        moves its first raw token into the namespace (see ``Namespace``).
+        The ``array('q')`` SGLang keeps is viewed as an int64 numpy array (a
+        capped key, ``limit``, as a slice of it), which the native core narrows
+        and range-checks in one pass. An EAGLE bigram key moves its first raw
+        token into the namespace (see ``Namespace``).
         """
-        tokens = key.token_ids
+        tokens = _int64_view(key.token_ids)
         n = len(tokens)
         limit = key.limit
         if limit is not None and limit < n:
@@ -154,14 +157,26 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         if key.is_bigram or self.is_eagle:
             if n <= 1:
                 return (), None
-            first = int(tokens[0])
-            view = memoryview(tokens)[1:n] if isinstance(tokens, array) else tokens[1:n]
-            return view, Namespace(extra, salt, first)
+            return tokens[1:n], Namespace(extra, salt, int(tokens[0]))
         if n != len(tokens):
-            tokens = memoryview(tokens)[:n] if isinstance(tokens, array) else tokens[:n]
+            tokens = tokens[:n]
         if extra is None and salt is None:
             return tokens, None
         return tokens, Namespace(extra, salt)
+
+    def _row(self, index: int) -> Any:
+        """Request row ``index`` of the request-to-token pool, as numpy (int32).
+
+        On the CPU, a view of the pool's own tensor (no copy; the pool is
+        viewed again if it ever replaces its tensor); on a device, a copy.
+        """
+        table = self.req_to_token_pool.req_to_token
+        if table is not self._table:
+            self._table = table
+            self._table_np = table.numpy() if table.device.type == "cpu" else None
+        if self._table_np is not None:
+            return self._table_np[index]
+        return table[index].cpu().numpy()
 
     # -- the six abstract methods ----------------------------------------------------------
     def reset(self) -> None:
@@ -190,45 +205,44 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         the same, one priority higher), so eviction can drop the output alone.
         """
         kv = req.kv
-        fill = req.full_untruncated_fill_ids
         protected = kv.cache_protected_len
         if kv.swa_evict_floor > 0:  # never set without SWA (refused); kept for parity
             page = self.page_size
             up_to = min(up_to, -(-kv.swa_evict_floor // page) * page)
-        key_view = _head(fill, up_to)
-        tree_key, namespace = self._tree_key_of(key_view, req)
-        length = len(tree_key) // self.page_size * self.page_size
-        row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
-        slots = row[:length]
+        tokens = _int64_view(req.full_untruncated_fill_ids)[:up_to]
+        tree_key, namespace = self._tree_key_of(tokens, req)
+        page = self.page_size
+        length = len(tree_key) // page * page
+        if length != len(tree_key):
+            tree_key = tree_key[:length]
+        row = self._row(kv.req_pool_idx)
         priority = req.priority or 0
-        prefix = self._cache.insert(
-            tree_key[:length] if length != len(tree_key) else tree_key,
-            _host_int64(slots),
-            namespace=namespace,
-            priority=priority,
-        )
+        cache = self._cache
+        prefix = cache.insert(tree_key, row[:length], namespace=namespace, priority=priority)
         kv.cache_inserted_len = max(kv.cache_inserted_len, length)
-        # The prompt's own key: bigrams are one fewer than their raw tokens.
-        prompt = len(req.origin_input_ids) - (1 if self.is_eagle else 0)
-        prompt = prompt // self.page_size * self.page_size
-        if 0 < prompt < length:
-            self._cache.insert(
+        # The prompt's own key (bigrams are one fewer than their raw tokens): the
+        # leaf is cut there, one priority higher, so eviction can drop the output alone.
+        prompt = (len(req.origin_input_ids) - self.is_eagle) // page * page
+        # Already cut there when this insert's new leaf starts at the prompt (a
+        # checkpoint stored the prompt while the request ran): the second insert
+        # would only raise priorities, which only the priority order reads; the
+        # match below stamps the path for the others.
+        if 0 < prompt < length and (prefix != prompt or self.eviction_policy == "priority"):
+            cache.insert(
                 tree_key[:prompt],
-                _host_int64(slots[:prompt]),
+                row[:prompt],
                 namespace=namespace,
                 priority=min(priority + 1, 2**63 - 1),
             )
-        if prefix > protected:
+        duplicates = prefix > protected
+        if duplicates:
+            table = self.req_to_token_pool.req_to_token
             self.token_to_kv_pool_allocator.free_segment(
-                row[protected:prefix], start_pos=protected
+                table[kv.req_pool_idx, protected:prefix], start_pos=protected
             )
-        m = self._cache.match_prefix(
-            tree_key[:length] if length != len(tree_key) else tree_key,
-            namespace=namespace,
-            values=prefix > protected,
-        )
+        m = cache.match_prefix(tree_key, namespace=namespace, values=duplicates)
         assert m.length == length, (m.length, length)
-        if m.values is not None:  # the tree's slots where the request had duplicates
+        if m.values is not None:  # the tree's slots where the request had its duplicates
             self.req_to_token_pool.write(
                 (kv.req_pool_idx, slice(protected, prefix)),
                 self._to_device(m.values[protected:prefix]),
@@ -237,9 +251,11 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         # Lock the new anchor before releasing the old one: the shared path
         # stays protected throughout, and its tokens are not moved to the
         # evictable side and back.
-        new_lock = self.lock(node)
-        self.unlock(req.lock)
-        req.lock = new_lock
+        cache.lock(node)
+        old = req.lock
+        if old is not None:
+            cache.unlock(old.node)
+        req.lock = TreeLock(node, _RECEIPT)
         kv.cache_protected_len = length
         req.last_node = node
 
@@ -313,6 +329,12 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         )
         node = self._cache.match_prefix(tree_key, namespace=namespace, values=False).node
         return InsertResult(prefix_len=prefix, total_len=length, last_device_node=node)
+
+    def prefix_device_indices(self, req: Any) -> Any:
+        """The KV indices of ``req``'s matched prefix (what allocation writes into its row)."""
+        if req.prefix_len == 0:
+            return self._empty
+        return self._to_device(self._cache.path_values(req.last_node)[: req.prefix_len])
 
     def path_device_indices(self, node: Any) -> Any:
         """The KV indices of the path to ``node``: an int64 tensor on the allocator's device.
@@ -475,11 +497,18 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         return tensor if self._on_cpu else tensor.to(self.device, non_blocking=True)
 
 
-def _head(tokens: Any, n: int) -> Any:
-    """The first ``n`` tokens of an ``array('q')`` (or a list), without copying an array."""
-    if n >= len(tokens):
-        return tokens
-    return memoryview(tokens)[:n] if isinstance(tokens, array) else tokens[:n]
+def _int64_view(tokens: Any) -> Any:
+    """SGLang's token ids as an int64 numpy array: a view of an ``array('q')``, no copy.
+
+    Other inputs (a list, in SGLang's own tests) are converted by radixmeta as
+    they are.
+    """
+    if type(tokens) is array and tokens.typecode == "q":
+        return np.frombuffer(tokens, dtype=np.int64) if len(tokens) else _NO_TOKENS
+    return tokens
+
+
+_NO_TOKENS = np.empty(0, dtype=np.int64)
 
 
 def _host_int64(slots: Any) -> Any:
