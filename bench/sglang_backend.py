@@ -16,7 +16,9 @@ would swamp the caches' own cost). For each request:
 5. ``checkpoint``: ``checkpoint`` at the end of the prompt, while the request
    runs (a chunked prefill's end);
 6. ``release``: ``release_kv_cache(req, tree, checkpoint=True)`` after the
-   outputs: the final checkpoint, the row's frees, the unlock.
+   outputs: the final checkpoint, the row's frees, the unlock;
+7. ``events``: ``take_events()``, as the scheduler's publisher drains it every
+   step (nothing to do unless ``--kv-events``).
 
 Each operation is timed on its own with ``perf_counter_ns`` (GC off); the table
 gives the median per call in microseconds and the sum of the medians per
@@ -52,7 +54,7 @@ sys.path.insert(0, str(HERE))
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-OPS = ("match", "lock", "prefix", "evict", "checkpoint", "release")
+OPS = ("match", "lock", "prefix", "evict", "checkpoint", "release", "events")
 
 
 def load() -> dict[str, Any]:
@@ -129,7 +131,9 @@ def load() -> dict[str, Any]:
     }
 
 
-def build(s: dict[str, Any], kind: str, page_size: int, pool: int, context: int) -> Any:
+def build(
+    s: dict[str, Any], kind: str, page_size: int, pool: int, context: int, events: bool
+) -> Any:
     rtp = s["ReqToTokenPool"](
         size=4, max_context_len=context, device="cpu", enable_memory_saver=False
     )
@@ -140,7 +144,7 @@ def build(s: dict[str, Any], kind: str, page_size: int, pool: int, context: int)
         token_to_kv_pool_allocator=alloc,
         page_size=page_size,
         eviction_policy="lru",
-        enable_kv_cache_events=False,
+        enable_kv_cache_events=events,
     )
     if kind == "unified":
         params.tree_components = (s["ComponentType"].FULL,)
@@ -170,7 +174,7 @@ def workload(args: argparse.Namespace) -> list[tuple[list[int], list[int]]]:
 
 def run(s: dict[str, Any], kind: str, page_size: int, args: argparse.Namespace) -> dict[str, Any]:
     context = args.prompt + args.outputs + 8
-    cache = build(s, kind, page_size, args.pool, context)
+    cache = build(s, kind, page_size, args.pool, context, args.kv_events)
     rtp = cache.req_to_token_pool
     alloc = cache.token_to_kv_pool_allocator
     Req, SP, MP, RK = s["Req"], s["SamplingParams"], s["MatchPrefixParams"], s["RadixKey"]
@@ -229,10 +233,13 @@ def run(s: dict[str, Any], kind: str, page_size: int, args: argparse.Namespace) 
             t6 = clock()
             release(req, cache, checkpoint=True)
             t7 = clock()
+            cache.take_events()  # a scheduler step drains the queue (empty without events)
+            t8 = clock()
             hits += m.device_prefix_len
             if timed:
                 for op, (a, b) in zip(
-                    OPS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4c, t5), (t6, t7)), strict=True
+                    OPS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4c, t5), (t6, t7), (t7, t8)),
+                    strict=True,
                 ):
                     samples[op].append(b - a)
     finally:
@@ -261,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", type=int, default=65536)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--kv-events", action="store_true", help="KV events on, drained after every request"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     s = load()

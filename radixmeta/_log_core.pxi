@@ -154,3 +154,21 @@ cdef class EventLogCore:
     def __repr__(self):
         return (f"EventLog(worker={self.worker!r}, dp_rank={self.dp_rank}, form={self.form!r}, "
                 f"records={len(self)}, next_seq={self.next_seq})")
+
+
+def native_chain_hashes(cnp.ndarray tokens not None, page_size):
+    """The default block-hash chain (``hash="chain"``) of each whole page of ``tokens``.
+
+    ``tokens`` is a 1-D uint32 array; the result has one uint64 per whole page,
+    the values :func:`radixmeta._hashing.chain_hashes` computes, in C++.
+    Complexity: O(len(tokens)).
+    """
+    cdef uint32_t page = check_page_size(page_size)
+    if tokens.ndim != 1 or tokens.dtype != np.uint32:
+        raise InvalidInputError("tokens must be a 1-D uint32 array")
+    cdef cnp.ndarray data = np.ascontiguousarray(tokens)
+    cdef cnp.npy_intp dims = <cnp.npy_intp>(cnp.PyArray_DIM(data, 0) // page)
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT64, 0)
+    chain_hashes(<const uint32_t*>cnp.PyArray_DATA(data), <uint64_t>dims, page,
+                 <uint64_t*>cnp.PyArray_DATA(out))
+    return out

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import META_CORES, NATIVE, REFERENCE
+from conftest import META_CORES, NATIVE, REFERENCE, require_native
 
 from radixmeta import _reference
 from radixmeta._hashing import chain_hashes, sglang_hashes
@@ -281,3 +281,16 @@ def test_the_ring_is_bounded_by_tokens_too(log_impl: tuple[type, type]) -> None:
     assert ([r.seq for r in log.read()], log.held_tokens) == ([1, 2], 8)
     cache.insert(list(range(50)))  # longer than the bound alone: the newest always stays
     assert [r.seq for r in log.read()] == [3]
+
+
+def test_native_chain_hashes_are_the_reference_chain() -> None:
+    """radixmeta._core.native_chain_hashes: the default block chain, computed in C++."""
+    core = require_native()
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 2**32, size=50, dtype=np.uint32)
+    for page in (1, 4, 7):
+        got = core.native_chain_hashes(tokens, page)
+        assert got.tolist() == chain_hashes(tokens, page).tolist()
+    assert core.native_chain_hashes(tokens[:0], 2).tolist() == []
+    with pytest.raises(InvalidInputError, match="tokens must be a 1-D uint32 array"):
+        core.native_chain_hashes(tokens.astype(np.int64), 2)

@@ -17,7 +17,12 @@ import pytest
 
 from radixmeta.errors import UnsupportedConfigurationError, UnsupportedVersionError
 from radixmeta.integrations import sglang as integration
-from radixmeta.integrations.sglang._hashes import Namespace, event_hashes, signed
+from radixmeta.integrations.sglang._hashes import (
+    EventHasher,
+    Namespace,
+    event_hashes,
+    signed,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = np.array([151644, 872, 198, 9064, 374, 279, 6722, 315], dtype=np.uint32)
@@ -66,6 +71,28 @@ def test_event_hashes_are_sglangs(
     got = event_hashes(PATH, 4, namespace, dynamo=dynamo, lora_name=names.get)
     assert got.dtype == np.uint64
     assert published(got) == expected
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("page_size", [1, 3])
+def test_the_remembering_hasher_is_event_hashes(dynamo: bool, page_size: int) -> None:
+    """EventHasher gives event_hashes' answer for shared, split and new paths alike."""
+    rng = np.random.default_rng(page_size)
+    names = {LORA: "adapter"}
+    hasher = EventHasher(dynamo=dynamo, lora_name=names.get, max_pages=40)
+    stems = [rng.integers(0, 50, size=30, dtype=np.uint32) for _ in range(3)]
+    spaces = [None, Namespace(None, "s"), Namespace(LORA, None), Namespace("e", "t")]
+    for _ in range(200):
+        stem = stems[int(rng.integers(3))]
+        cut = int(rng.integers(0, 31))
+        tail = rng.integers(0, 50, size=int(rng.integers(0, 8)), dtype=np.uint32)
+        path = np.concatenate((stem[:cut], tail))
+        ns = spaces[int(rng.integers(len(spaces)))]
+        want = event_hashes(path, page_size, ns, dynamo=dynamo, lora_name=names.get)
+        assert hasher(path, page_size, namespace=ns).tolist() == want.tolist()
+        assert len(hasher) <= 40 + len(path)
+    hasher.clear()
+    assert len(hasher) == 0
 
 
 def test_bigram_pages_hash_pairs() -> None:

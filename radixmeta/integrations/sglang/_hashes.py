@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from radixmeta import _hashing
 from radixmeta._hashing import sglang_hashes
 
-__all__ = ["Namespace", "event_hashes", "namespace_seed", "salt_seed", "signed"]
+__all__ = ["EventHasher", "Namespace", "event_hashes", "namespace_seed", "salt_seed", "signed"]
 
 _SALT_TAG = b"sglang-cache-salt-v1\0"
 _NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
@@ -147,3 +148,121 @@ def event_hashes(
             for h in hashes
         ]
     return np.array(hashes, dtype=np.int64).view(np.uint64)
+
+
+def _native_chain() -> Callable[[npt.NDArray[np.uint32], int], npt.NDArray[np.uint64]]:
+    """radixmeta's default page chain, computed in C++ where the native core is in use."""
+    import radixmeta
+
+    if radixmeta.implementation == "native":
+        from radixmeta._core import native_chain_hashes
+
+        return native_chain_hashes
+    return _hashing.chain_hashes
+
+
+class EventHasher:
+    """:func:`event_hashes` with each page's SHA-256 computed once while it is remembered.
+
+    A log record's path is mostly pages already hashed for an earlier record (a
+    new leaf below a cached prefix, a removal of a stored node). SGLang's own
+    trees keep each node's digests; radixmeta's nodes carry no such data, so
+    this keeps them by page: keyed by the namespace and the page's position-aware
+    radixmeta chain hash (a cheap C++ hash of the whole path up to that page),
+    it remembers the page's SHA-256 digest and the published hashes of the
+    path it was computed for. A new path then costs one C++ chain pass, a binary
+    search for its longest remembered prefix (the remembered pages of a path
+    are always a prefix of it) and SHA-256 for the rest only.
+
+    What it remembers is a cache of a pure function, so it may be dropped at
+    any time: it is, whole, past ``max_pages`` pages. Two different paths with
+    the same 64-bit chain hash in one namespace would share an entry (the
+    published hash of one would be the other's); the chain is not
+    cryptographic, so a client that crafts such collisions can mislabel its own
+    pages in the event stream. The event stream only steers routing: a wrong
+    hash costs a cache miss, never a wrong result.
+
+    Parameters
+    ----------
+    dynamo, lora_name
+        As for :func:`event_hashes`.
+    max_pages : int, default 2**18
+        Pages remembered before the memory is dropped.
+    """
+
+    def __init__(
+        self,
+        *,
+        dynamo: bool = False,
+        lora_name: Callable[[str | None], str | None] | None = None,
+        max_pages: int = 1 << 18,
+    ) -> None:
+        self.dynamo = dynamo
+        self.lora_name = lora_name
+        self.max_pages = max_pages
+        self._chain = _native_chain()
+        # (namespace, seed, chain hash) -> (digest, published hashes of a path, its index)
+        self._pages: dict[tuple[Any, bytes | None, int], tuple[bytes, npt.NDArray[np.uint64], int]]
+        self._pages = {}
+
+    def clear(self) -> None:
+        self._pages.clear()
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def __call__(
+        self, path: npt.NDArray[np.uint32], page_size: int, *, namespace: Namespace | None
+    ) -> npt.NDArray[np.uint64]:
+        """The published hash of every whole page of ``path`` (see :func:`event_hashes`)."""
+        if namespace is not None and namespace.first is not None:  # bigram pages: not kept
+            return event_hashes(
+                path, page_size, namespace, dynamo=self.dynamo, lora_name=self.lora_name
+            )
+        pages = len(path) // page_size
+        if pages == 0:
+            return np.empty(0, dtype=np.uint64)
+        seed = self._seed(namespace)
+        chain = self._chain(path, page_size)
+        memo = self._pages
+        lo, hi = 0, pages  # the remembered pages of this path are its first `lo`
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if (namespace, seed, int(chain[mid - 1])) in memo:
+                lo = mid
+            else:
+                hi = mid - 1
+        out = np.empty(pages, dtype=np.uint64)
+        if lo:
+            digest, known, index = memo[(namespace, seed, int(chain[lo - 1]))]
+            out[:lo] = known[index - lo + 1 : index + 1]
+        else:
+            salt = None if namespace is None else namespace.cache_salt
+            digest = b"" if salt is None else salt_seed(salt)
+        if lo == pages:
+            return out
+        words = np.ascontiguousarray(path[lo * page_size : pages * page_size], dtype="<u4")
+        data = words.tobytes()
+        step = page_size * 4
+        sha = hashlib.sha256
+        keys = chain[lo:].tolist()
+        for j, key in enumerate(keys):
+            digest = sha(digest + data[j * step : (j + 1) * step]).digest()
+            h = int.from_bytes(digest[:8], "big", signed=True)
+            if seed is not None:
+                h = int.from_bytes(
+                    sha(seed + h.to_bytes(8, "big", signed=True)).digest()[:8], "big", signed=True
+                )
+            out[lo + j] = h % _U64
+            memo[(namespace, seed, key)] = (digest, out, lo + j)
+        if len(memo) > self.max_pages:
+            memo.clear()
+        return out
+
+    def _seed(self, namespace: Namespace | None) -> bytes | None:
+        if namespace is None:
+            return None
+        if self.dynamo:
+            return namespace_seed(namespace.extra_key, namespace.cache_salt)
+        known = self.lora_name is not None and self.lora_name(namespace.extra_key) is not None
+        return namespace_seed(namespace.extra_key if known else None, None)

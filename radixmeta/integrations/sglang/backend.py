@@ -33,7 +33,7 @@ import numpy as np
 
 from radixmeta import EventLog, RadixCache
 from radixmeta._records import Cleared, Removed, Stored
-from radixmeta.integrations.sglang._hashes import Namespace, event_hashes, signed
+from radixmeta.integrations.sglang._hashes import EventHasher, Namespace, signed
 
 if TYPE_CHECKING:
     # SGLang is not installed where radixmeta is type-checked: its types are Any here.
@@ -119,9 +119,10 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         names = getattr(params, "kv_event_lora_names", None)
         self._lora_names = names if names is not None else KvEventLoraNames()
         self._log: EventLog | None = None
+        self._hasher = EventHasher(dynamo=self._dynamo, lora_name=self._lora_names.get)
         if params.enable_kv_cache_events:
             self._log = EventLog(
-                _LOG_CAPACITY, max_tokens=_LOG_TOKENS, form="blocks", hash=self._event_hashes
+                _LOG_CAPACITY, max_tokens=_LOG_TOKENS, form="blocks", hash=self._hasher
             )
         # SGLang's trees stamp a node as used before they split it, so the tokens
         # past the cut count as recent too: the same here, for the same eviction order.
@@ -182,6 +183,7 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
     def reset(self) -> None:
         """Drop every node (SGLang clears the allocator itself when it flushes)."""
         self._cache.reset()
+        self._hasher.clear()
         self._root = self._cache.match_prefix((), values=False).node
         self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
 
@@ -418,15 +420,6 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         print(f"#tokens: {self.total_size()}")
 
     # -- KV events ---------------------------------------------------------------------------
-    def _event_hashes(self, path: Any, page_size: int, *, namespace: Any) -> Any:
-        return event_hashes(
-            path,
-            page_size,
-            namespace,
-            dynamo=self._dynamo,
-            lora_name=self._lora_names.get,
-        )
-
     def take_events(self) -> list[Any]:
         """SGLang's events for what the tree stored and removed since the last call.
 
@@ -450,7 +443,7 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         if isinstance(record, Cleared):
             events.append(AllBlocksCleared())
             return
-        hashes = [signed(h) for h in record.block_hashes.tolist()]
+        hashes = record.block_hashes.view(np.int64).tolist()  # SGLang publishes them signed
         if isinstance(record, Removed):
             if events and type(events[-1]) is BlockRemoved:
                 events[-1].block_hashes.extend(hashes)
