@@ -314,3 +314,32 @@ SideBySide.TestCase.settings = settings(
     settings(), max_examples=min(settings().max_examples, 40), stateful_step_count=40
 )
 TestSideBySide = SideBySide.TestCase
+
+
+def test_an_overflowed_log_restarts_the_consumers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the ring's capacity between two drains: a clear, then every block held."""
+    from radixmeta.integrations.sglang import backend
+
+    monkeypatch.setattr(backend, "_LOG_CAPACITY", 3)
+    es = [H.Engine("radixmeta", size=256), H.Engine("classic", size=256)]
+    rng = random.Random(5)
+    for i in range(8):
+        prompt = [rng.randrange(50) for _ in range(rng.randrange(2, 20))]
+        for e in es:
+            e.admit(f"r{i}", prompt, [1])
+            e.finish(f"r{i}")
+    for e in es:
+        e.evict(30)
+    ours, theirs = (e.events() for e in es)
+    assert ours[0] == ("AllBlocksCleared",)
+    held: set[int] = set()
+    for event in theirs:
+        if event[0] == "AllBlocksCleared":
+            held.clear()
+        elif event[0] == "BlockStored":
+            held.update(event[1])
+        else:
+            held.difference_update(event[1])
+    stored = [h for event in ours[1:] for h in event[1]]
+    assert all(event[0] == "BlockStored" for event in ours[1:])
+    assert sorted(stored) == sorted(held)

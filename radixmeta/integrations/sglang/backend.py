@@ -33,6 +33,7 @@ import numpy as np
 
 from radixmeta import EventLog, RadixCache
 from radixmeta._records import Cleared, Removed, Stored
+from radixmeta.errors import LogTruncatedError
 from radixmeta.integrations.sglang._hashes import EventHasher, Namespace, signed
 
 if TYPE_CHECKING:
@@ -77,11 +78,12 @@ else:
 
 __all__ = ["RadixMetaPrefixCache"]
 
-# Records the event log keeps between two scheduler steps. The scheduler drains
-# it every step; a log that overflowed anyway is reported as a clear plus the
-# cache's full contents (see take_events), never as silently lost events.
-_LOG_CAPACITY = 1 << 20
-_LOG_TOKENS = 1 << 26
+# The event log is a ring: it keeps the latest records (their paths in all at most
+# _LOG_TOKENS tokens, 16 MiB) whether or not they were read. The scheduler drains it every
+# step, far within that; a step that overflowed it anyway is reported as a clear and
+# the cache's whole contents (see take_events), never as silently lost events.
+_LOG_CAPACITY = 1 << 16
+_LOG_TOKENS = 1 << 22
 
 
 class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
@@ -135,7 +137,6 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         self._table: Any = None  # the request pool's tensor, and a numpy view of it
         self._table_np: Any = None
         self._seen = -1  # the last log record turned into events
-        self._events: list[Any] = []
         if getattr(params, "enable_metrics", False):
             self.init_metrics_collector()
         self.reset()
@@ -431,10 +432,17 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         log = self._log
         if log is None:
             return []
-        records = log.read(after=self._seen) if log.next_seq - 1 > self._seen else []
-        if records:
-            self._seen = records[-1].seq
         events: list[Any] = []
+        try:
+            records = log.read(after=self._seen) if log.next_seq - 1 > self._seen else []
+        except LogTruncatedError:
+            # More changed in one step than the ring holds: start the consumers over.
+            events.append(AllBlocksCleared())
+            records = self._cache.snapshot()
+            self._seen = log.next_seq - 1
+        else:
+            if records:
+                self._seen = records[-1].seq
         for record in records:
             self._append_event(events, record)
         return events
