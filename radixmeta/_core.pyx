@@ -864,7 +864,6 @@ cdef class CacheCore:
         cdef size_t old
         r.kind = 0
         r.seq = 0
-        r.offset = 0
         for ns in self._namespaces.ids.values():
             nodes = tree.structure(ns)
             for entry in nodes:

@@ -7,7 +7,6 @@ from radixmeta._records import checked_hashes, log_settings, make_record, trunca
 cdef extern from "radixmeta/event_ring.hpp" namespace "radixmeta" nogil:
     cdef struct EventRecord:
         uint64_t seq
-        uint64_t offset
         uint32_t length
         uint32_t start
         uint32_t ns
@@ -23,7 +22,7 @@ cdef extern from "radixmeta/event_ring.hpp" namespace "radixmeta" nogil:
         uint64_t oldest_seq()
         uint64_t index_of(uint64_t start)
         const EventRecord& at(uint64_t i)
-        const uint32_t* path(const EventRecord& r)
+        void copy_path(uint64_t i, uint32_t* out)
 
     void chain_hashes(const uint32_t* tokens, uint64_t n_pages, uint32_t page, uint64_t* hashes)
 
@@ -115,11 +114,15 @@ cdef class EventLogCore:
         # Copy out first: creating objects may run code that changes the cache and the ring.
         cdef vector[EventRecord] picked
         cdef vector[uint32_t] tokens
-        cdef const uint32_t* path
+        cdef size_t total = 0
         for k in range(begin, end):
             picked.push_back(ring.at(k))
-            path = ring.path(ring.at(k))
-            tokens.insert(tokens.end(), path, path + ring.at(k).length)
+            total += ring.at(k).length
+        tokens.resize(total)  # one fill, then each path put together in place
+        total = 0
+        for k in range(begin, end):
+            ring.copy_path(k, tokens.data() + total)
+            total += ring.at(k).length
         return self._records(picked, tokens, None)
 
     cdef list _records(self, const vector[EventRecord]& picked, const vector[uint32_t]& tokens,

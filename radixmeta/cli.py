@@ -61,9 +61,11 @@ def _parser() -> argparse.ArgumentParser:
         "--worker",
         action="append",
         required=True,
-        metavar="NAME=ENDPOINT[,replay=ENDPOINT]",
+        metavar="NAME=ENDPOINT[,replay=ENDPOINT][,snapshot=yes|no]",
         help="a worker's PUB endpoint (rank 0's with --dp-size) and optional replay endpoint; "
-        "repeat for every worker",
+        "repeat for every worker. With --codec native a worker with a replay endpoint is asked "
+        "for a snapshot when a gap is older than its buffer; snapshot=no never asks it (a "
+        "radixmeta publisher older than snapshots), snapshot=yes insists",
     )
     listen.add_argument("--codec", choices=("vllm", "sglang", "native"), required=True)
     listen.add_argument("--block-size", type=int, required=True, help="the engines' block size")
@@ -82,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default loopback)"
     )
     listen.add_argument("--replay-timeout", type=float, default=1.0, metavar="SECONDS")
+    listen.add_argument(
+        "--snapshot-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a snapshot request may take (default: --replay-timeout); past it the "
+        "worker is cleared and marked stale",
+    )
     listen.add_argument(
         "--probe-interval",
         type=float,
@@ -161,6 +170,7 @@ def _listen(args: argparse.Namespace) -> int:
             block_size=args.block_size,
             topic=args.topic.encode(),
             replay_timeout=args.replay_timeout,
+            snapshot_timeout=args.snapshot_timeout,
         ) as subscription:
             if args.metrics_port is not None:
                 metrics = _serve_metrics(subscription, args.metrics_host, args.metrics_port)
@@ -173,6 +183,7 @@ def _listen(args: argparse.Namespace) -> int:
                             "codec": args.codec,
                             "block_size": args.block_size,
                             "decode_errors": subscription.decode_errors,
+                            "snapshot_failures": subscription.snapshot_failures,
                             "workers": state,
                             "transport": dataclasses.asdict(subscription.subscriber.stats),
                         },

@@ -27,6 +27,10 @@ __all__ = [
     "LogTruncatedError",
     "TransportClosedError",
     "DecodeError",
+    "WorkloadError",
+    "DataNotFoundError",
+    "OptionalDependencyError",
+    "PolicyError",
     "UnsupportedConfigurationError",
     "UnsupportedVersionError",
 ]
@@ -124,6 +128,44 @@ class DecodeError(RadixMetaError, ValueError):
     range. The message names the byte offset or the field, for example
     ``batch[1][3]: BlockStored.token_ids must be an array of integers, got str``.
     A batch that raises decodes to nothing: no event of it is returned.
+    """
+
+
+class WorkloadError(RadixMetaError, ValueError):
+    """A simulator workload's source data is malformed.
+
+    Raised by :mod:`radixmeta.sim.workloads` for a bad CSV row, a bad trace line or a
+    file that is not what its workload expects. The message starts with the place,
+    ``path:line:`` for line-oriented files, then says what is wrong, for example
+    ``trace.jsonl:7: input_length 2000 needs 4 blocks of 512 tokens, got 3 hash_ids``.
+    Nothing is returned for a file with a bad line: no line is skipped silently.
+    """
+
+
+class DataNotFoundError(RadixMetaError, FileNotFoundError):
+    """A folder or file a workload reads does not exist, or holds none of the files it needs.
+
+    The message names the path and what was expected there (for MMLU, the ``dev`` and
+    ``test`` folders of the Hugging Face CSV layout).
+    """
+
+
+class OptionalDependencyError(RadixMetaError, ImportError):
+    """An optional package that a feature needs is not installed.
+
+    The message names the package and the pip extra that installs it, for example
+    ``pip install 'radixmeta[sim]'``.
+    """
+
+
+class PolicyError(RadixMetaError, ValueError):
+    """A routing policy or cost model cannot be built as asked.
+
+    Raised by :func:`radixmeta.policies.create` for a name that is not a built-in
+    policy or a parameter the policy does not take, by a policy's constructor for a
+    parameter value out of its range (a negative threshold, an unknown load
+    measure), and by :func:`radixmeta.policies.costs.prefill_model` for an unknown
+    model name. A parameter of the wrong type is an :class:`InputTypeError`.
     """
 
 

@@ -35,9 +35,11 @@ class EventLog(_EventLogCore):
         Records the ring holds; older ones are dropped, and a consumer that
         asks for them gets :class:`~radixmeta.errors.LogTruncatedError`.
     max_tokens : int, default 2**22
-        Tokens all held records' paths may take (4 bytes each: 16 MiB by
-        default); past it the oldest records are dropped too. A path-form
-        record holds its node's whole path, so long prompts fill this first.
+        Tokens all held records' paths may take; past it the oldest records
+        are dropped too. Each record counts its node's whole path, so long
+        prompts fill this first. Records share their paths' tokens in the
+        core, so the tokens it actually keeps (4 bytes each) are at most
+        twice this and usually far fewer.
     form : {"path", "blocks"}, default "path"
         ``"path"``: records carry the node's full token path and where its own
         pages start. ``"blocks"``: they name each page (the cache's page size is
@@ -58,9 +60,11 @@ class EventLog(_EventLogCore):
 
     Notes
     -----
-    With no log attached a cache pays nothing; with one it copies each stored
-    or removed node's path into the ring (one memcpy per ancestor, into memory
-    the ring keeps and reuses).
+    With no log attached a cache pays nothing. With one, a record copies only
+    the labels the ring does not hold yet (a stored leaf's own label; for a
+    removed leaf usually nothing) and names the rest of its path in what
+    earlier records copied, in memory the ring keeps and reuses; ``read``
+    puts each path together.
 
     Examples
     --------

@@ -49,7 +49,9 @@ class ReplaySource(Protocol):
     """Where a replayer asks for what it missed (both methods may return None: cannot).
 
     A wire batch that kept no record (every event left out) is answered with
-    :func:`batch_mark` in its place, so the answer still shows that batch.
+    :func:`batch_mark` in its place, so the answer still shows that batch; an empty
+    snapshot is answered the same way, ``[batch_mark(worker, dp_rank, seq)]``, so it still
+    names the seq it is consistent with.
     """
 
     def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
@@ -522,4 +524,9 @@ class LogSource:
 
     def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
         cache = self.caches.get((worker, dp_rank))
-        return None if cache is None else list(cache.snapshot())
+        if cache is None:
+            return None
+        records = list(cache.snapshot())
+        # An empty cache still says which seq it is consistent with: without it, the
+        # record that found the gap would be applied on top, though the cache let it go.
+        return records or [batch_mark(worker, dp_rank, cache.event_log.next_seq - 1)]

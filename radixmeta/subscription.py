@@ -8,6 +8,11 @@ sockets. It is what ``radixmeta listen`` runs.
 
 A batch that does not decode is dropped whole and counted; the next batch of
 that worker then shows a gap at its seq, so the replayer asks for it again.
+
+A gap older than a worker's replay buffer is resynced from a snapshot when the
+worker serves one (radixmeta's own publisher,
+:class:`~radixmeta.publishing.LogPublisher`); a vLLM or SGLang worker is never
+asked, and is cleared and marked stale until its next records instead.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from radixmeta.errors import DecodeError, InvalidInputError
 from radixmeta.ingest import BatchConverter
 from radixmeta.meta import MetaTree
 from radixmeta.replay import Replayer, ReplayStats, batch_mark
-from radixmeta.transport import ZmqSubscriber, dp_endpoints
+from radixmeta.transport import SnapshotResult, ZmqSubscriber, dp_endpoints
 from radixmeta.wire import native, sglang, vllm
 
 __all__ = ["CODECS", "FleetSubscription", "WorkerEndpoint"]
@@ -36,35 +41,56 @@ CODECS: Mapping[str, Callable[[bytes], Any]] = {
 }
 
 
+_SPEC = "NAME=ENDPOINT[,replay=ENDPOINT][,snapshot=yes|no]"
+_SWITCH = {"yes": True, "no": False}
+
+
 @dataclass(frozen=True)
 class WorkerEndpoint:
     """One worker's streams: its name, live endpoint (rank 0's) and replay endpoint.
 
     With ``dp_size > 1`` rank ``r`` listens on the base port plus ``r`` (vLLM's and
     SGLang's rule), for the live and the replay endpoint alike.
+
+    ``snapshot`` says whether the worker's replay socket serves snapshots (radixmeta's
+    extension of the protocol): ``None``, the default, leaves it to the codec (a
+    ``"native"`` worker with a replay endpoint is asked, a vLLM or SGLang one never);
+    ``False`` never asks (a radixmeta publisher older than snapshots); ``True`` needs a
+    replay endpoint and the native codec.
     """
 
     name: str
     endpoint: str
     replay: str | None = None
     dp_size: int = 1
+    snapshot: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot and self.replay is None:
+            msg = f"worker {self.name!r}: snapshots are asked on the replay endpoint; give one"
+            raise InvalidInputError(msg)
 
     @classmethod
     def parse(cls, spec: str, dp_size: int = 1) -> WorkerEndpoint:
-        """Parse ``NAME=ENDPOINT[,replay=ENDPOINT]``, ``radixmeta listen``'s ``--worker``."""
+        """Parse ``NAME=ENDPOINT[,replay=ENDPOINT][,snapshot=yes|no]`` (``--worker``)."""
         name, sep, rest = spec.partition("=")
         if not sep or not name or not rest:
-            msg = f"a worker is NAME=ENDPOINT[,replay=ENDPOINT], got {spec!r}"
+            msg = f"a worker is {_SPEC}, got {spec!r}"
             raise InvalidInputError(msg)
         endpoint, *options = rest.split(",")
         replay = None
+        snapshot = None
         for option in options:
             key, _, value = option.partition("=")
-            if key != "replay" or not value:
-                msg = f"unknown worker option {option!r} in {spec!r} (only replay=ENDPOINT)"
+            if key == "replay" and value:
+                replay = value
+            elif key == "snapshot" and value in _SWITCH:
+                snapshot = _SWITCH[value]
+            else:
+                msg = (f"unknown worker option {option!r} in {spec!r} "
+                       "(replay=ENDPOINT or snapshot=yes|no)")
                 raise InvalidInputError(msg)
-            replay = value
-        return cls(name, endpoint, replay, dp_size)
+        return cls(name, endpoint, replay, dp_size, snapshot)
 
 
 class FleetSubscription:
@@ -83,10 +109,28 @@ class FleetSubscription:
         Medium to tier (see :class:`~radixmeta.ingest.BatchConverter`).
     replay_timeout : float, default 1.0
         Seconds a replay request may take.
+    snapshot_timeout : float, optional
+        Seconds a snapshot request may take; default ``replay_timeout``. One that times
+        out, is refused or does not decode is counted (``snapshot_failures``) and the
+        worker is cleared and marked stale, as one that serves no snapshot.
     restart_window : int, default 16
         See :class:`~radixmeta.events.Replayer`.
     **subscriber_options
         Passed to :class:`~radixmeta.transport.ZmqSubscriber` (``hwm``, ``context``...).
+
+    Attributes
+    ----------
+    tree : MetaTree
+    replayer : Replayer
+        Its source is this subscription (:meth:`replay`, :meth:`snapshot`).
+    subscriber : ZmqSubscriber
+    sources : list of (str, int)
+        ``(worker, dp_rank)`` per endpoint index.
+    serves_snapshots : list of bool
+        Per endpoint index, whether a gap past its buffer asks it for a snapshot.
+    decode_errors, snapshot_failures : int
+        Batches (live, replayed or of a snapshot) that did not decode; snapshots asked
+        for that did not come, were refused or did not decode.
     """
 
     def __init__(
@@ -98,6 +142,7 @@ class FleetSubscription:
         topic: bytes = b"",
         tiers: Mapping[str | None, int] | None = None,
         replay_timeout: float = 1.0,
+        snapshot_timeout: float | None = None,
         restart_window: int = 16,
         **subscriber_options: Any,
     ) -> None:
@@ -107,24 +152,36 @@ class FleetSubscription:
         if not workers:
             msg = "a subscription needs at least one worker"
             raise InvalidInputError(msg)
+        for w in workers:
+            if w.snapshot and codec != "native":
+                # vLLM and SGLang keep no snapshot: asking would only cost the timeout.
+                msg = f"worker {w.name!r}: only the native codec's publishers serve snapshots"
+                raise InvalidInputError(msg)
         self.codec = codec
         self._decode = CODECS[codec]
         self.tree = MetaTree(block_size)
         self.replay_timeout = replay_timeout
+        self.snapshot_timeout = replay_timeout if snapshot_timeout is None else snapshot_timeout
         self.decode_errors = 0
+        self.snapshot_failures = 0
         # One subscriber over every (worker, rank) endpoint; a message's source
         # index names its worker and rank.
         self.sources: list[tuple[str, int]] = []
         live: list[str] = []
         replays: list[str | None] = []
+        self.serves_snapshots: list[bool] = []  # per source: whether to ask it for one
         for w in workers:
             ranks = dp_endpoints(w.endpoint, w.dp_size)
             replay_ranks = dp_endpoints(w.replay, w.dp_size) if w.replay else [None] * w.dp_size
+            # Unless the worker says, a native one is asked and no other (they keep none).
+            declared = codec == "native" if w.snapshot is None else w.snapshot
+            asks = declared and w.replay is not None
             for rank, (endpoint, replay) in enumerate(zip(ranks, replay_ranks, strict=True)):
                 self.tree.add_worker(w.name, rank)
                 self.sources.append((w.name, rank))
                 live.append(endpoint)
                 replays.append(replay)
+                self.serves_snapshots.append(asks)
         self._index = {key: i for i, key in enumerate(self.sources)}
         self.converters = {key: BatchConverter(block_size, tiers=tiers) for key in self.sources}
         self.subscriber = ZmqSubscriber(
@@ -214,9 +271,42 @@ class FleetSubscription:
             out.extend(records if records else [batch_mark(worker, dp_rank, batch.seq)])
         return out
 
-    def snapshot(self, worker: str, dp_rank: int) -> None:
-        """vLLM and SGLang publishers keep no snapshot."""
-        return None
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
+        """Ask the worker's replay socket for a snapshot, if it serves them (None: cannot).
+
+        Only a worker that declares snapshots is asked (see :class:`WorkerEndpoint`):
+        vLLM and SGLang publishers keep none. A snapshot that does not come in
+        ``snapshot_timeout``, is refused, or does not decode is counted in
+        ``snapshot_failures`` and logged, and the answer is None: the replayer then
+        clears the worker and marks it stale. Never raises for what the worker sends.
+        """
+        index = self._index.get((worker, dp_rank))
+        if index is None or not self.serves_snapshots[index]:
+            return None
+        result = self.subscriber.snapshot(index, timeout=self.snapshot_timeout)
+        records = self._snapshot_records(worker, dp_rank, result)
+        if records is None:
+            self.snapshot_failures += 1
+        return records
+
+    def _snapshot_records(
+        self, worker: str, dp_rank: int, result: SnapshotResult
+    ) -> list[Record] | None:
+        if result.seq is None:
+            logger.warning("worker (%r, dp_rank=%d): no snapshot (%s)", worker, dp_rank,
+                           result.status.replace("_", " "))
+            return None
+        records: list[Record] = []
+        for payload in result.payloads:
+            try:
+                records.extend(native.decode_batch(payload, seq=result.seq).records)
+            except DecodeError as exc:
+                self.decode_errors += 1
+                logger.warning("worker (%r, dp_rank=%d): snapshot at seq %d dropped: %s",
+                               worker, dp_rank, result.seq, exc)
+                return None
+        # An empty state still names the seq it is consistent with (see ReplaySource).
+        return records or [batch_mark(worker, dp_rank, result.seq)]
 
     # -- state -------------------------------------------------------------------------------
     def worker_state(self) -> list[dict[str, Any]]:

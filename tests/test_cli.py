@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,10 @@ import numpy as np
 import pytest
 from test_fleet import free_port_block
 
+from radixmeta import EventLog, RadixCache
+from radixmeta.errors import InvalidInputError
+from radixmeta.publishing import LogPublisher
+from radixmeta.subscription import WorkerEndpoint
 from radixmeta.transport import ZmqPublisher
 from radixmeta.wire import BlockRemoved, BlockStored, EventBatch, vllm
 
@@ -111,7 +116,88 @@ def test_listen_refuses_a_bad_worker_spec() -> None:
         timeout=30,
     )
     assert proc.returncode == 2
-    assert "a worker is NAME=ENDPOINT[,replay=ENDPOINT], got 'nameless'" in proc.stderr
+    assert (
+        "a worker is NAME=ENDPOINT[,replay=ENDPOINT][,snapshot=yes|no], got 'nameless'"
+        in proc.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("w=tcp://h:1", WorkerEndpoint("w", "tcp://h:1")),
+        ("w=tcp://h:1,replay=tcp://h:2", WorkerEndpoint("w", "tcp://h:1", "tcp://h:2")),
+        ("w=tcp://h:1,replay=tcp://h:2,snapshot=yes",
+         WorkerEndpoint("w", "tcp://h:1", "tcp://h:2", snapshot=True)),
+        ("w=tcp://h:1,snapshot=no,replay=tcp://h:2",
+         WorkerEndpoint("w", "tcp://h:1", "tcp://h:2", snapshot=False)),
+    ],
+)
+def test_worker_specs(spec: str, expected: WorkerEndpoint) -> None:
+    assert WorkerEndpoint.parse(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("w=tcp://h:1,snapshot=maybe", "unknown worker option 'snapshot=maybe'"),
+        ("w=tcp://h:1,snapshot", "unknown worker option 'snapshot'"),
+        ("w=tcp://h:1,replay=", "unknown worker option 'replay='"),
+        ("w=tcp://h:1,snapshot=yes", "snapshots are asked on the replay endpoint"),
+    ],
+)
+def test_bad_worker_specs(spec: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        WorkerEndpoint.parse(spec)
+
+
+def test_listen_rebuilds_a_native_worker_from_its_snapshot(tmp_path: Path) -> None:
+    out = tmp_path / "state.json"
+    cache = RadixCache(2, event_log=EventLog(worker="w0"))
+    with LogPublisher(
+        cache, "tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*", buffer_steps=2
+    ) as lp:
+        for k in range(6):  # before the listener starts, and more than the buffer holds
+            cache.insert([1, 2, k, k])
+            lp.flush()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "radixmeta.cli",
+                "listen",
+                "--worker",
+                f"w0={lp.publisher.endpoint},replay={lp.publisher.replay_endpoint}",
+                "--codec",
+                "native",
+                "--block-size",
+                "2",
+                "--exit-after-idle",
+                "1",
+                "--snapshot-timeout",
+                "5",
+                "--json-out",
+                str(out),
+                "--no-table",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert lp.publisher.wait_subscribers(1, timeout=20)
+            cache.insert([7, 7, 7, 7])
+            lp.flush()
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+    assert proc.returncode == 0, err
+    state = json.loads(out.read_text())
+    (w0,) = state["workers"]
+    assert (w0["tokens"], w0["resyncs"], w0["stale"]) == (cache.total_size, 1, False)
+    assert state["snapshot_failures"] == 0 and state["transport"]["snapshots_requested"] == 1
 
 
 def test_listen_shows_its_table_and_stops_when_idle() -> None:

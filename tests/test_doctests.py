@@ -7,6 +7,14 @@ import pytest
 import radixmeta.cache
 import radixmeta.log
 import radixmeta.meta
+import radixmeta.policies
+import radixmeta.policies.affinity
+import radixmeta.policies.basic
+import radixmeta.policies.costs
+import radixmeta.policies.default
+import radixmeta.policies.dynamo
+import radixmeta.policies.preble
+import radixmeta.publishing
 import radixmeta.replay
 import radixmeta.wire._sglang_hash
 import radixmeta.wire.sglang
@@ -16,6 +24,14 @@ MODULES = [
     radixmeta.cache,
     radixmeta.log,
     radixmeta.meta,
+    radixmeta.publishing,
+    radixmeta.policies,
+    radixmeta.policies.affinity,
+    radixmeta.policies.basic,
+    radixmeta.policies.costs,
+    radixmeta.policies.default,
+    radixmeta.policies.dynamo,
+    radixmeta.policies.preble,
     radixmeta.replay,
     radixmeta.wire.vllm,
     radixmeta.wire.sglang,

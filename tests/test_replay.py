@@ -129,6 +129,23 @@ def test_a_gap_the_log_no_longer_holds_resyncs_from_the_snapshot() -> None:
     fleet.assert_mirrors()
 
 
+def test_an_empty_snapshot_still_names_its_seq() -> None:
+    fleet = Fleet(1, capacity=2)
+    cache, log = fleet.caches[0], fleet.logs[0]
+    cache.insert([1, 1, 1, 1])
+    fleet.replayer.submit(log.read())
+    fleet.replayer.replay()
+    for k in range(2, 5):
+        cache.insert([k, k, k, k])
+    found_gap = log.read()[-1]  # a store, which the cache then lets go with all the rest
+    cache.evict(100)
+    fleet.replayer.submit([found_gap])
+    stats = fleet.replayer.replay()
+    assert (stats.gaps, stats.resyncs, stats.stale, stats.duplicates) == (1, 1, 0, 1)
+    assert cache.total_size == 0
+    fleet.assert_mirrors()
+
+
 def test_without_a_snapshot_the_worker_is_cleared_and_stale(caplog: Any) -> None:
     fleet = Fleet(2, capacity=8, source=NoSnapshots)
     fleet.traffic(4)

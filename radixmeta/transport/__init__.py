@@ -11,7 +11,8 @@ buffer for them; one that sees it fall has met a restarted publisher.
   :class:`AsyncZmqSubscriber`, wire-compatible with vLLM and SGLang.
 
 Both subscribers share one interface: ``recv(timeout) -> Message | None`` and
-``replay(source, start_seq, timeout=...) -> ReplayResult``.
+``replay(source, start_seq, timeout=...) -> ReplayResult``. The ZeroMQ ones also ask a
+radixmeta publisher for a snapshot: ``snapshot(source, timeout=...) -> SnapshotResult``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from radixmeta.transport.base import (
     PublisherStats,
     ReplayLayout,
     ReplayResult,
+    Snapshot,
+    SnapshotResult,
+    SnapshotSource,
+    SnapshotStatus,
     SubscriberStats,
 )
 from radixmeta.transport.queue import QueuePublisher, QueueSubscriber
@@ -42,6 +47,10 @@ __all__ = [
     "QueueSubscriber",
     "ReplayLayout",
     "ReplayResult",
+    "Snapshot",
+    "SnapshotResult",
+    "SnapshotSource",
+    "SnapshotStatus",
     "SubscriberStats",
     "ZmqPublisher",
     "ZmqSubscriber",

@@ -1,4 +1,4 @@
-"""The ZeroMQ publisher: vLLM's ``ZmqEventPublisher`` protocol, plus a subscription count."""
+"""The ZeroMQ publisher: vLLM's ``ZmqEventPublisher`` protocol, a subscription count, snapshots."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import zmq
 
-from radixmeta.errors import InvalidInputError, TransportClosedError
+from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError, TransportClosedError
 from radixmeta.transport._buffer import ReplayBuffer
 from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._endpoints import publisher_binds
@@ -20,6 +20,12 @@ from radixmeta.transport._frames import (
     live_frames,
     parse_replay_request,
     replay_reply,
+)
+from radixmeta.transport._snapshot_frames import (
+    check_snapshot,
+    no_snapshot_reply,
+    parse_snapshot_request,
+    snapshot_reply,
 )
 from radixmeta.transport._zmq_util import (
     DEFAULT_ENDPOINT,
@@ -34,7 +40,13 @@ from radixmeta.transport._zmq_util import (
     ms,
     remaining,
 )
-from radixmeta.transport.base import Batch, PublisherStats, ReplayLayout
+from radixmeta.transport.base import (
+    Batch,
+    PublisherStats,
+    ReplayLayout,
+    Snapshot,
+    SnapshotSource,
+)
 
 __all__ = ["ZmqPublisher"]
 
@@ -60,6 +72,12 @@ class ZmqPublisher(ClosesOnExit):
     the caller's thread (serialized by a lock); replay requests are answered by a
     background thread, so they race live traffic exactly as vLLM's do. A malformed request
     gets no reply, as in vLLM.
+
+    The replay socket also answers radixmeta's snapshot request (a frame layout no vLLM
+    client sends, see the transport documentation): with what the ``snapshot`` callable
+    returns, or with "none" when there is no callable or it has nothing to give. This is
+    how a subscriber that fell off the buffer rebuilds a radixmeta worker instead of
+    clearing it; :class:`~radixmeta.publishing.LogPublisher` wires it to a cache.
 
     The PUB socket is an XPUB, the same on the wire, so the publisher also sees
     subscriptions arrive (:meth:`wait_subscribers`): a test can wait until a subscriber is
@@ -93,6 +111,19 @@ class ZmqPublisher(ClosesOnExit):
         Default: a private context, terminated by :meth:`close`.
     sockopts : mapping of int to int or bytes, optional
         Extra options for the PUB socket (``zmq.SNDBUF``, TCP keepalive...).
+    snapshot : callable, optional
+        Called with no argument for each snapshot request; returns a
+        :class:`~radixmeta.transport.base.Snapshot` ``(seq, payloads)``, the worker's state
+        as payloads of the stream's codec that hold the effect of every batch up to and
+        including ``seq`` and of none after it, or ``None`` for "none right now". Needs a
+        ``replay_endpoint``. It runs on the replay thread while other threads may change
+        the cache and publish: the caller must make the state and ``seq`` agree, by taking
+        both under the lock that orders its cache changes and its :meth:`publish` calls
+        (``seq`` is then the value :meth:`publish` last returned). It may call
+        :meth:`publish` itself (to send what the state holds but no batch did yet). Replay
+        requests wait while it runs, so it should copy under that lock and encode after.
+        What it raises, or returns that is no snapshot, is logged and counted
+        (``stats.snapshot_errors``) and answered with "none".
 
     Attributes
     ----------
@@ -125,7 +156,16 @@ class ZmqPublisher(ClosesOnExit):
         bind: bool | None = None,
         context: zmq.Context[Any] | None = None,
         sockopts: SocketOptions | None = None,
+        snapshot: SnapshotSource | None = None,
     ) -> None:
+        if snapshot is not None:
+            if not callable(snapshot):
+                msg = f"snapshot must be callable, got {type(snapshot).__name__}"
+                raise InputTypeError(msg)
+            if replay_endpoint is None:
+                msg = "snapshot needs a replay_endpoint: snapshot requests arrive on it"
+                raise InvalidInputError(msg)
+        self._snapshot = snapshot
         if endpoint is None:
             endpoint, bind = DEFAULT_ENDPOINT, True if bind is None else bind
         check_endpoint(endpoint, "endpoint")
@@ -297,25 +337,56 @@ class ZmqPublisher(ClosesOnExit):
             except zmq.Again:
                 return
             request = parse_replay_request(frames)
-            if request is None:
-                self.stats.malformed_requests += 1
-                _log.debug("invalid replay request on %s: %d frames", self.replay_endpoint,
-                           len(frames))
+            if request is not None:
+                self._answer_replay(router, *request)
                 continue
-            client, start_seq = request
-            # Copied under the buffer's lock, sent without it: publishing never waits
-            # for a replay to finish.
-            for seq, payload in self._buffer.read(start_seq):
-                if self._closing:
-                    return
-                router.send_multipart(
-                    replay_reply(client, Batch(self.topic, seq, payload), self.reply_format)
-                )
-                self.stats.replayed_messages += 1
-            # Counted before the end marker goes out: a client that has read the
-            # marker must find the replay counted.
-            self.stats.replays_served += 1
-            router.send_multipart(end_marker(client, self.reply_format))
+            client = parse_snapshot_request(frames)
+            if client is not None:
+                self._answer_snapshot(router, client)
+                continue
+            self.stats.malformed_requests += 1
+            _log.debug("invalid request on %s: %d frames", self.replay_endpoint, len(frames))
+
+    def _answer_replay(self, router: zmq.Socket[Any], client: bytes, start_seq: int) -> None:
+        # Copied under the buffer's lock, sent without it: publishing never waits
+        # for a replay to finish.
+        for seq, payload in self._buffer.read(start_seq):
+            if self._closing:
+                return
+            router.send_multipart(
+                replay_reply(client, Batch(self.topic, seq, payload), self.reply_format)
+            )
+            self.stats.replayed_messages += 1
+        # Counted before the end marker goes out: a client that has read the
+        # marker must find the replay counted.
+        self.stats.replays_served += 1
+        router.send_multipart(end_marker(client, self.reply_format))
+
+    def _answer_snapshot(self, router: zmq.Socket[Any], client: bytes) -> None:
+        snapshot = self._take_snapshot()
+        if self._closing:
+            return
+        # Counted before the reply goes out, as a replay is.
+        if snapshot is None:
+            self.stats.snapshots_unavailable += 1
+            router.send_multipart(no_snapshot_reply(client))
+        else:
+            self.stats.snapshots_served += 1
+            router.send_multipart(snapshot_reply(client, snapshot))
+
+    def _take_snapshot(self) -> Snapshot | None:
+        """Call the ``snapshot`` callable; None for none, and for what it got wrong."""
+        if self._snapshot is None:
+            return None
+        try:
+            value = self._snapshot()
+            return None if value is None else check_snapshot(value)
+        except RadixMetaError as exc:  # it returned no snapshot
+            _log.warning("snapshot for %s refused: %s", self.replay_endpoint, exc)
+        except Exception:  # the caller's code: it must not stop the replay thread
+            _log.exception("snapshot callable for %s raised", self.replay_endpoint)
+        self.stats.snapshot_errors += 1
+        return None
 
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,9 @@
-"""The ZeroMQ subscribers (threads and asyncio): SUB sockets and a DEALER replay client."""
+"""The ZeroMQ subscribers (threads and asyncio): SUB sockets and a DEALER replay client.
+
+The DEALER client asks the publisher's ROUTER for a replay (vLLM's request) or for a
+snapshot (radixmeta's); each request gets a fresh DEALER and a run object that reads its
+replies, so the thread and asyncio subscribers share everything but the waiting.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 import zmq.asyncio
@@ -24,6 +29,7 @@ from radixmeta.transport._frames import (
     parse_replay_reply,
     replay_request,
 )
+from radixmeta.transport._snapshot_frames import parse_snapshot_reply, snapshot_request
 from radixmeta.transport._zmq_util import (
     SocketOptions,
     Wakeup,
@@ -36,7 +42,15 @@ from radixmeta.transport._zmq_util import (
     ms,
     remaining,
 )
-from radixmeta.transport.base import Batch, Message, ReplayLayout, ReplayResult, SubscriberStats
+from radixmeta.transport.base import (
+    Batch,
+    Message,
+    ReplayLayout,
+    ReplayResult,
+    Snapshot,
+    SnapshotResult,
+    SubscriberStats,
+)
 
 __all__ = ["AsyncZmqSubscriber", "ZmqSubscriber"]
 
@@ -47,6 +61,15 @@ _ASYNC_SLICE = 0.1
 # How often wait_connected touches the SUB sockets (see _SubscriberBase._touch).
 _CONNECT_POLL = 0.01
 _MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+
+
+class _Run(Protocol):
+    """The replies to one request, read as they arrive until ``complete``."""
+
+    complete: bool
+
+    def drain(self, dealer: zmq.Socket[Any]) -> None:
+        """Read every reply already queued on ``dealer`` (never blocks)."""
 
 
 class _ReplayRun:
@@ -94,6 +117,44 @@ class _ReplayRun:
             layout=self.layout,
             malformed=self.malformed,
         )
+
+
+class _SnapshotRun:
+    """The reply to one snapshot request: a single message, after any malformed ones."""
+
+    __slots__ = ("complete", "malformed", "snapshot", "source")
+
+    def __init__(self, source: int) -> None:
+        self.source = source
+        self.complete = False
+        self.snapshot: Snapshot | None = None
+        self.malformed = 0
+
+    def drain(self, dealer: zmq.Socket[Any]) -> None:
+        """Read the queued replies until the first well-formed one."""
+        while not self.complete:
+            try:
+                frames = dealer.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind, snapshot = parse_snapshot_reply(frames)
+            if kind == "malformed":
+                self.malformed += 1
+                continue
+            self.complete = True
+            self.snapshot = snapshot
+
+    def result(self, stats: SubscriberStats) -> SnapshotResult:
+        stats.snapshots_requested += 1
+        stats.snapshot_malformed += self.malformed
+        if not self.complete:
+            stats.snapshot_timeouts += 1
+            return SnapshotResult(self.source, "timed_out", malformed=self.malformed)
+        if self.snapshot is None:
+            stats.snapshots_unavailable += 1
+            return SnapshotResult(self.source, "unavailable", malformed=self.malformed)
+        seq, payloads = self.snapshot
+        return SnapshotResult(self.source, "snapshot", seq, tuple(payloads), self.malformed)
 
 
 class _SubscriberBase:
@@ -292,11 +353,11 @@ class _SubscriberBase:
             raise InvalidInputError(msg)
         return index, endpoint
 
-    def _open_replay(self, endpoint: str, start_seq: int) -> zmq.Socket[Any] | None:
-        """Connect a fresh DEALER to ``endpoint`` and send the request; None if it failed.
+    def _open_request(self, endpoint: str, request: Sequence[bytes]) -> zmq.Socket[Any] | None:
+        """Connect a fresh DEALER to ``endpoint`` and send ``request``; None if it failed.
 
         A fresh socket per request: replies that a timed-out request left in flight go to
-        a closed socket, never into the next replay's answer.
+        a closed socket, never into the next request's answer.
         """
         dealer: zmq.Socket[Any] = self._ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
@@ -305,9 +366,9 @@ class _SubscriberBase:
         dealer.setsockopt(zmq.RCVHWM, 0)
         try:
             dealer.connect(endpoint)
-            dealer.send_multipart(replay_request(start_seq), zmq.NOBLOCK)
+            dealer.send_multipart(request, zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            _log.warning("replay request to %s failed: %s", endpoint, exc)
+            _log.warning("request to %s failed: %s", endpoint, exc)
             dealer.close(linger=0)
             return None
         return dealer
@@ -343,7 +404,8 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
     and ``Message.source`` is the rank. Live messages must be exactly
     ``[topic, seq (8 bytes), payload]``; anything else is counted in
     ``stats.malformed`` and skipped, never raised. Thread-safe: ``recv`` (and
-    ``wait_connected``) in one thread, ``replay`` in another, ``close`` from any.
+    ``wait_connected``) in one thread, ``replay`` and ``snapshot`` in another (one at a
+    time), ``close`` from any.
 
     Parameters
     ----------
@@ -479,27 +541,71 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
         index, endpoint = self._replay_target(source)
         check_seq(start_seq)
         limit = check_timeout(timeout)
-        deadline = deadline_after(limit)
         run = _ReplayRun(index, start_seq)
+        self._exchange("replay", endpoint, replay_request(start_seq), run, limit)
+        return run.result(self.stats)
+
+    def snapshot(self, source: int | str, *, timeout: float = 5.0) -> SnapshotResult:
+        """Ask a radixmeta publisher's replay socket for a snapshot of its worker.
+
+        The request is radixmeta's own (see the transport documentation): ask only a
+        publisher that serves snapshots. A vLLM or SGLang publisher drops it unanswered,
+        which costs ``timeout``. Nothing raises for what the peer sends or does not send:
+        malformed replies are counted and skipped, and no answer in time gives
+        ``status="timed_out"``.
+
+        Parameters
+        ----------
+        source : int or str
+            The endpoint's index (the dp rank) or its live or replay endpoint string.
+        timeout : float, default 5.0
+            Seconds for the whole reply.
+
+        Returns
+        -------
+        SnapshotResult
+            ``status`` ``"snapshot"`` with ``seq`` and ``payloads``, ``"unavailable"``
+            (the publisher has none) or ``"timed_out"``.
+
+        Raises
+        ------
+        InvalidInputError, InputTypeError
+            An unknown source, one without a replay endpoint, or a bad timeout.
+        TransportClosedError
+            The subscriber is closed.
+
+        Complexity: O(snapshot bytes); one connection per call.
+        """
+        index, endpoint = self._replay_target(source)
+        limit = check_timeout(timeout)
+        run = _SnapshotRun(index)
+        self._exchange("snapshot", endpoint, snapshot_request(), run, limit)
+        return run.result(self.stats)
+
+    def _exchange(
+        self, what: str, endpoint: str, request: Sequence[bytes], run: _Run, limit: float | None
+    ) -> None:
+        """Send ``request`` on a fresh DEALER and feed the replies to ``run`` until done."""
+        deadline = deadline_after(limit)
         with self._replay_lock:
             if self._closed:
-                msg = "replay on a closed ZmqSubscriber"
+                msg = f"{what} on a closed ZmqSubscriber"
                 raise TransportClosedError(msg)
-            dealer = self._open_replay(endpoint, start_seq)
-            if dealer is not None:
-                try:
-                    poller = zmq.Poller()
-                    poller.register(dealer, zmq.POLLIN)
-                    poller.register(self._wakeup.reader, zmq.POLLIN)
-                    while not run.complete and not self._closed:
-                        left = remaining(deadline)
-                        if left == 0.0:
-                            break
-                        if poller.poll(ms(left)):
-                            run.drain(dealer)
-                finally:
-                    dealer.close(linger=0)
-        return run.result(self.stats)
+            dealer = self._open_request(endpoint, request)
+            if dealer is None:
+                return
+            try:
+                poller = zmq.Poller()
+                poller.register(dealer, zmq.POLLIN)
+                poller.register(self._wakeup.reader, zmq.POLLIN)
+                while not run.complete and not self._closed:
+                    left = remaining(deadline)
+                    if left == 0.0:
+                        break
+                    if poller.poll(ms(left)):
+                        run.drain(dealer)
+            finally:
+                dealer.close(linger=0)
 
     def close(self) -> None:
         """Close every socket with linger 0; a blocked call in another thread returns.
@@ -518,10 +624,10 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
 class AsyncZmqSubscriber(_SubscriberBase):
     """:class:`ZmqSubscriber` for asyncio: the same constructor, awaitable calls.
 
-    ``recv``, ``replay`` and ``wait_connected`` are coroutines that never block the event
-    loop (they wait with ``zmq.asyncio.Poller``); ``close`` is a plain method, and
+    ``recv``, ``replay``, ``snapshot`` and ``wait_connected`` are coroutines that never block
+    the event loop (they wait with ``zmq.asyncio.Poller``); ``close`` is a plain method, and
     ``async with`` closes on exit. Run one ``recv`` at a time per subscriber (a ZeroMQ
-    socket has one reader); a ``replay`` may run in another task meanwhile.
+    socket has one reader); a ``replay`` or ``snapshot`` may run in another task meanwhile.
     A call in flight when :meth:`close` is called returns within 0.1 s, and the
     sockets are closed as it leaves.
     """
@@ -584,29 +690,44 @@ class AsyncZmqSubscriber(_SubscriberBase):
         index, endpoint = self._replay_target(source)
         check_seq(start_seq)
         limit = check_timeout(timeout)
+        run = _ReplayRun(index, start_seq)
+        await self._exchange("replay", endpoint, replay_request(start_seq), run, limit)
+        return run.result(self.stats)
+
+    async def snapshot(self, source: int | str, *, timeout: float = 5.0) -> SnapshotResult:
+        """Ask for a snapshot (see :meth:`ZmqSubscriber.snapshot`)."""
+        index, endpoint = self._replay_target(source)
+        limit = check_timeout(timeout)
+        run = _SnapshotRun(index)
+        await self._exchange("snapshot", endpoint, snapshot_request(), run, limit)
+        return run.result(self.stats)
+
+    async def _exchange(
+        self, what: str, endpoint: str, request: Sequence[bytes], run: _Run, limit: float | None
+    ) -> None:
+        """Send ``request`` on a fresh DEALER and feed the replies to ``run`` until done."""
         deadline = deadline_after(limit)
         if self._closed:
-            msg = "replay on a closed AsyncZmqSubscriber"
+            msg = f"{what} on a closed AsyncZmqSubscriber"
             raise TransportClosedError(msg)
-        run = _ReplayRun(index, start_seq)
         self._enter()
         try:
-            dealer = self._open_replay(endpoint, start_seq)
-            if dealer is not None:
-                try:
-                    poller = zmq.asyncio.Poller()
-                    poller.register(dealer, zmq.POLLIN)
-                    while not run.complete and not self._closed:
-                        left = remaining(deadline)
-                        if left == 0.0:
-                            break
-                        if await poller.poll(ms(_slice(left))):
-                            run.drain(dealer)
-                finally:
-                    dealer.close(linger=0)
+            dealer = self._open_request(endpoint, request)
+            if dealer is None:
+                return
+            try:
+                poller = zmq.asyncio.Poller()
+                poller.register(dealer, zmq.POLLIN)
+                while not run.complete and not self._closed:
+                    left = remaining(deadline)
+                    if left == 0.0:
+                        break
+                    if await poller.poll(ms(_slice(left))):
+                        run.drain(dealer)
+            finally:
+                dealer.close(linger=0)
         finally:
             self._leave()
-        return run.result(self.stats)
 
     def _enter(self) -> None:
         self._in_flight += 1

@@ -7,6 +7,7 @@ step per batch, as vLLM and SGLang number them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -16,6 +17,10 @@ __all__ = [
     "PublisherStats",
     "ReplayLayout",
     "ReplayResult",
+    "Snapshot",
+    "SnapshotSource",
+    "SnapshotStatus",
+    "SnapshotResult",
     "SubscriberStats",
 ]
 
@@ -93,6 +98,61 @@ class ReplayResult:
         return 0 if first is None else max(0, first - self.start_seq)
 
 
+class Snapshot(NamedTuple):
+    """A worker's state as a publisher serves it: payloads consistent with batch ``seq``.
+
+    The payloads hold the effect of every batch the publisher sent up to and including
+    ``seq``, and of none after it: a subscriber that applies them and then the batches
+    from ``seq + 1`` on holds what the worker holds. Their encoding is the codec's (for
+    radixmeta's own, native batches whose records are named ``(seq, index)``). No payload
+    may be empty; there may be none (an empty state is also encoded by the codec).
+    """
+
+    seq: int
+    payloads: Sequence[bytes]
+
+
+#: What a publisher calls to serve a snapshot: a :class:`Snapshot` (or a
+#: ``(seq, payloads)`` pair), or ``None`` when it has none to give right now.
+SnapshotSource = Callable[[], Snapshot | tuple[int, Sequence[bytes]] | None]
+
+#: How a snapshot request ended: ``"snapshot"`` (one arrived), ``"unavailable"`` (the
+#: publisher answered that it has none) or ``"timed_out"`` (no answer in time: a publisher
+#: that does not serve snapshots, such as vLLM's or SGLang's, never answers).
+SnapshotStatus = Literal["snapshot", "unavailable", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResult:
+    """What a snapshot request brought back.
+
+    Attributes
+    ----------
+    source : int
+        The endpoint index the snapshot was asked of.
+    status : {"snapshot", "unavailable", "timed_out"}
+        See :data:`SnapshotStatus`.
+    seq : int or None
+        The batch the snapshot is consistent with; ``None`` unless ``status`` is
+        ``"snapshot"``.
+    payloads : tuple of bytes
+        The snapshot's payloads, in the publisher's order (empty unless a snapshot came).
+    malformed : int
+        Reply messages that were no snapshot reply; they are skipped.
+    """
+
+    source: int
+    status: SnapshotStatus
+    seq: int | None = None
+    payloads: tuple[bytes, ...] = ()
+    malformed: int = 0
+
+    @property
+    def available(self) -> bool:
+        """Whether a snapshot arrived (``status == "snapshot"``)."""
+        return self.status == "snapshot"
+
+
 @dataclass(slots=True)
 class PublisherStats:
     """Live counters of a publisher (plain attributes, updated in place).
@@ -106,7 +166,15 @@ class PublisherStats:
     replayed_messages : int
         Batches sent in replay replies.
     malformed_requests : int
-        Replay requests dropped unanswered because of their framing.
+        Requests (replay or snapshot) dropped unanswered because of their framing.
+    snapshots_served : int
+        Snapshot requests answered with a snapshot.
+    snapshots_unavailable : int
+        Snapshot requests answered with "none": no ``snapshot`` callable, or it returned
+        ``None``, raised, or returned something that is no snapshot.
+    snapshot_errors : int
+        Of those, the calls that raised or returned something that is no snapshot (each
+        is logged on ``radixmeta.transport.zmq``).
     """
 
     messages: int = 0
@@ -114,6 +182,9 @@ class PublisherStats:
     replays_served: int = 0
     replayed_messages: int = 0
     malformed_requests: int = 0
+    snapshots_served: int = 0
+    snapshots_unavailable: int = 0
+    snapshot_errors: int = 0
 
 
 @dataclass(slots=True)
@@ -135,6 +206,14 @@ class SubscriberStats:
         Replays that ended by timeout, before the end marker.
     replay_malformed : int
         Replay reply messages skipped because of their framing.
+    snapshots_requested : int
+        Snapshot requests sent.
+    snapshots_unavailable : int
+        Snapshot requests the publisher answered with "none".
+    snapshot_timeouts : int
+        Snapshot requests that got no answer in time.
+    snapshot_malformed : int
+        Snapshot reply messages skipped because of their framing.
     """
 
     messages: int = 0
@@ -145,3 +224,7 @@ class SubscriberStats:
     replayed_messages: int = 0
     replay_timeouts: int = 0
     replay_malformed: int = 0
+    snapshots_requested: int = 0
+    snapshots_unavailable: int = 0
+    snapshot_timeouts: int = 0
+    snapshot_malformed: int = 0

@@ -20,6 +20,11 @@ token and hash arrays are msgpack ``bin`` of little-endian ``uint32`` and
 
 A decoder of version 1 ignores elements after the ones listed (so a later
 version may append fields), and refuses a batch of another magic or version.
+
+A snapshot that the publisher's replay socket serves (the transport
+documentation has its frames) is made of batches of this format too, decoded
+with ``seq`` set to the snapshot's seq: their records rebuild the worker from
+empty (:class:`~radixmeta.publishing.LogPublisher` sends them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,109 @@
+"""Checks of policy parameters and the small loops the policies share.
+
+Constructors validate every parameter once, so ``choose`` never checks anything:
+a bad value raises :class:`~radixmeta.errors.PolicyError`, a bad type
+:class:`~radixmeta.errors.InputTypeError`, and both name the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from radixmeta.errors import InputTypeError, PolicyError
+from radixmeta.policies.base import View
+
+__all__ = [
+    "LOAD_MEASURES",
+    "argmin",
+    "check_choice",
+    "check_number",
+    "check_seed",
+    "loads_of",
+]
+
+#: The load measures of the load-based policies: in-flight requests, or uncached
+#: prefill plus decode tokens in flight.
+LOAD_MEASURES = ("requests", "tokens")
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    low: float = 0.0,
+    high: float = math.inf,
+    low_open: bool = False,
+    integer: bool = False,
+) -> float:
+    """Return ``value`` as a float after checking its type and range.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name, for the message.
+    value : object
+        What the caller passed; an int or a float (never a bool).
+    low, high : float
+        The allowed range, ``low <= value <= high`` (``low < value`` with ``low_open``).
+    integer : bool
+        Require an integer.
+
+    Raises
+    ------
+    InputTypeError
+        ``value`` is not a number (or not an integer when ``integer`` is set).
+    PolicyError
+        ``value`` is outside the range or not finite.
+    """
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        kind = "an integer" if integer else "a number"
+        msg = f"{name} must be {kind}, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    number = float(value)  # type: ignore[arg-type]  # an int or a float, checked above
+    too_low = number <= low if low_open else number < low
+    if math.isnan(number) or too_low or number > high or math.isinf(number):
+        bound = f"> {low:g}" if low_open else f">= {low:g}"
+        if high != math.inf:
+            bound += f" and <= {high:g}"
+        msg = f"{name} must be finite and {bound}, got {value!r}"
+        raise PolicyError(msg)
+    return number
+
+
+def check_choice(name: str, value: object, allowed: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``; raise a clear error otherwise."""
+    if not isinstance(value, str):
+        msg = f"{name} must be a str, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    if value not in allowed:
+        msg = f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        raise PolicyError(msg)
+    return value
+
+
+def check_seed(seed: object) -> int:
+    """Return ``seed`` if it is an int (any value); the policies never seed from the clock."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        msg = f"seed must be an int, got {type(seed).__name__}"
+        raise InputTypeError(msg)
+    return seed
+
+
+def loads_of(view: View, by_tokens: bool) -> list[int]:
+    """Per worker, requests in flight, or uncached prefill plus decode tokens in flight."""
+    if by_tokens:
+        return [p + d for p, d in zip(view.prefill_tokens, view.decode_tokens, strict=True)]
+    return view.requests
+
+
+def argmin(values: Sequence[float]) -> int:
+    """Position of the smallest value; ties go to the lowest position."""
+    best = 0
+    low = values[0]
+    for i in range(1, len(values)):
+        if values[i] < low:
+            best = i
+            low = values[i]
+    return best

@@ -1,0 +1,190 @@
+"""The contract between the :class:`~radixmeta.Router` and its affinity policies.
+
+The router matches a request against its MetaTree, builds a read-only
+:class:`View` of the live workers (match lengths, loads, capacities, what the
+engines report), and asks the policy to ``choose`` one. The policy never sees
+the tree, so any policy can be tested with a hand-built view, and the router
+applies whatever it decides (optimistic insert, load accounting).
+
+Everything in a view is aligned by position: ``view.workers[i]`` has
+``view.lengths[i]``, ``view.requests[i]`` and so on. The arrays are plain
+Python lists because a view is built per request and read a few times: for
+8 workers a list is cheaper to build and to index than a numpy array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from radixmeta._workers import WorkerId
+
+__all__ = [
+    "Choice",
+    "EngineLoad",
+    "Policy",
+    "BatchPolicy",
+    "Request",
+    "View",
+    "worker_of",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Request:
+    """One request as the router dispatches it.
+
+    Attributes
+    ----------
+    request_id : str
+        Unique among the requests in flight (the router generates one when the
+        caller gives none).
+    tokens : numpy.ndarray of uint32
+        The prompt, converted by the router's input rule.
+    namespace : hashable or None
+        The page namespace (LoRA adapter, cache salt), as ``MetaTree`` takes it.
+    extras : object
+        Per-page extra tags (multimodal identity), as ``MetaTree.match`` takes them.
+    group : hashable or None
+        A caller's grouping hint (a session, a tenant); policies may ignore it.
+    expected_output : int or None
+        Expected output tokens, when the caller knows them (decode load).
+
+    Notes
+    -----
+    Equality is identity: comparing token arrays element-wise is never what ``==``
+    on two requests should silently do.
+    """
+
+    request_id: str
+    tokens: npt.NDArray[np.uint32]
+    namespace: Hashable = None
+    extras: object = None
+    group: Hashable = None
+    expected_output: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What an engine reported about itself through ``Router.report_load``.
+
+    Attributes
+    ----------
+    queue_length : int or None
+        Requests waiting in the engine's queue.
+    kv_usage : float or None
+        Fraction of the engine's KV cache in use, in ``[0, 1]``.
+    running : int or None
+        Requests in the engine's running batch.
+    """
+
+    queue_length: int | None = None
+    kv_usage: float | None = None
+    running: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """The live, up workers and everything a policy may read about them, aligned.
+
+    Attributes
+    ----------
+    workers : tuple of WorkerId
+        The workers a policy may choose from (never a down worker; never empty).
+    lengths : list of int
+        Per worker, tokens of the request's prefix held on the device (tier 0),
+        from the event-fed tree and the router's optimistic marks.
+    host_lengths : list of int
+        Per worker, the longest prefix held on the device or the host.
+    requests : list of int
+        Per worker, requests dispatched and not finished.
+    prefill_tokens : list of int
+        Per worker, uncached prompt tokens of requests not yet past prefill.
+    decode_tokens : list of int
+        Per worker, tokens of requests in decode (prompt plus expected output).
+    capacities : list of int or None
+        Per worker, its KV capacity in tokens when known.
+    reported : list of EngineLoad or None
+        Per worker, its latest ``report_load``, if any.
+    page_size : int
+        The tree's page size; every length is a multiple of it.
+    prefix_key : int or None
+        A stable key of the request's longest matched prefix over all workers
+        (the same prefix gives the same key), ``None`` when nothing matched.
+        Stateful policies key their own state by it.
+    """
+
+    workers: tuple[WorkerId, ...]
+    lengths: list[int]
+    host_lengths: list[int]
+    requests: list[int]
+    prefill_tokens: list[int]
+    decode_tokens: list[int]
+    capacities: list[int | None]
+    reported: list[EngineLoad | None]
+    page_size: int
+    prefix_key: int | None = None
+
+
+class Choice(NamedTuple):
+    """A decision with its explanation; ``choose`` may return this instead of a worker.
+
+    Attributes
+    ----------
+    worker : WorkerId
+        One of the view's workers.
+    reason : str
+        A short, stable label (``"affinity"``, ``"balance"``, ``"explore"``), counted
+        by ``Router.metrics()``.
+    detail : tuple of (str, float)
+        The numbers the rule used, formatted only when a decision is read.
+    """
+
+    worker: WorkerId
+    reason: str
+    detail: tuple[tuple[str, float], ...] = ()
+
+
+def worker_of(choice: WorkerId | Choice) -> WorkerId:
+    """The worker of what ``choose`` returned."""
+    return choice.worker if isinstance(choice, Choice) else choice
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """An affinity policy: ``choose(request, view)`` returns one of ``view.workers``.
+
+    Optional hooks, called by the router when a policy defines them:
+
+    - ``on_dispatch(request, worker, matched)`` after the decision is applied;
+    - ``on_finish(request, worker)`` when the request finishes or expires.
+    """
+
+    def choose(self, request: Request, view: View) -> WorkerId | Choice:
+        """Pick one of ``view.workers`` for ``request``."""
+        ...
+
+
+@runtime_checkable
+class BatchPolicy(Policy, Protocol):
+    """A policy that decides a whole batch at once (the A.4 batch path).
+
+    ``views[i]`` is request ``i``'s view before any decision of the batch;
+    ``groups`` lists, per shared-prefix group the router found, the indices of its
+    requests (every index in exactly one group) and the length they share. The
+    result is one worker (or choice) per request, in input order.
+    """
+
+    def choose_batch(
+        self,
+        requests: Sequence[Request],
+        views: Sequence[View],
+        groups: Sequence[tuple[Sequence[int], int]],
+    ) -> list[WorkerId | Choice]:
+        """Pick a worker for every request of a batch."""
+        ...

@@ -1,0 +1,190 @@
+"""radixmeta's own policy: the least estimated time to first token, counting the work it adds.
+
+The aim is both halves of the SGLang A.4 claim at once: the hit rate of a single
+tree (each shared prefix computed once) while the fleet is not loaded, and linear
+scaling when it is (a prefix group too hot for one worker spreads over several).
+The design and its reasoning are in :doc:`/routing`; in short, per worker:
+
+- ``own``: the prefill time of this request's uncached tokens there (host-held
+  tokens count as ``host_weight`` of a hit);
+- ``wait``: the time to prefill the uncached tokens already queued there, at the
+  model's rate for a 512-token chunk;
+- ``slow = 1 + requests / 512``: each in-flight request adds a token to every
+  prefill chunk of the worker;
+- ``score = slow * (wait + (1 + work_weight) * own)``.
+
+The lowest score wins among the workers whose KV would hold the request; ties go
+to the fewest tokens in flight, then rotate. The worker holding a group's prefix
+wins while its queue is short; once its queue costs more than recomputing the
+prefix elsewhere (twice over with the default ``work_weight``), requests spill to
+another worker, which then holds the prefix too: replication, driven by load.
+"""
+
+from __future__ import annotations
+
+import math
+
+from radixmeta.policies._params import check_number
+from radixmeta.policies.base import Choice, Request, View
+from radixmeta.policies.costs import DEFAULT_PREFILL, PrefillTime, model_name, prefill_model
+
+__all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
+
+#: Tokens per prefill chunk, the unit of the queue estimate (Preble's workers run
+#: chunked prefill with a 512-token budget).
+CHUNK_TOKENS = 512
+
+
+class DefaultPolicy:
+    """The least estimated time to first token, plus the prefill work the choice adds.
+
+    Per worker ``i``, with ``T`` the prefill model and ``L`` the prompt length:
+
+    - ``own_i = T(L - host_i, L) + (1 - host_weight) * (T(L - lengths_i, L) - T(L - host_i, L))``
+      (the whole miss when nothing is on the host);
+    - ``wait_i = prefill_tokens_i * T(512, 512) / 512``;
+    - ``slow_i = 1 + requests_i / 512``;
+    - ``score_i = slow_i * (wait_i + (1 + work_weight) * own_i)``.
+
+    ``slow_i * (wait_i + own_i)`` estimates the request's time to first token on
+    ``i``; the extra ``work_weight * own_i`` charges the choice for the time its
+    prefill takes from the requests that will queue behind it, which keeps a short
+    queue on the prefix holder from losing to an idle worker that would recompute
+    the prefix. Workers whose KV capacity (when known) cannot take the request on
+    top of the tokens in flight are only chosen if none can. Ties go to the fewest
+    tokens in flight, then to the next worker in a rotation, so new prefix groups
+    spread over idle workers instead of piling on the first.
+
+    Parameters
+    ----------
+    prefill : str or callable, default "mistral_7b_a6000"
+        The prefill model, a name of :data:`~radixmeta.policies.costs.PREFILL_MODELS`
+        or any ``(extend, context) -> seconds``.
+    work_weight : float, default 1.0
+        How much a request's own prefill counts beyond its own wait, ``>= 0``. With 0
+        the policy is pure least-TTFT (Mooncake's rule without KV transfer), which
+        replicates a prefix as soon as a second worker would answer sooner.
+    host_weight : float, default 0.75
+        The fraction of a device hit that a host-held token is worth, in ``[0, 1]``
+        (Dynamo's default ``host_cache_hit_weight``).
+
+    Complexity: O(workers) per ``choose``, with at most two prefill-model calls
+    per distinct match length.
+
+    Examples
+    --------
+    >>> from radixmeta.policies import create
+    >>> create("default")
+    DefaultPolicy(prefill='mistral_7b_a6000', work_weight=1.0, host_weight=0.75)
+    """
+
+    __slots__ = (
+        "_model_name",
+        "_prefill",
+        "_token_time",
+        "_turn",
+        "host_weight",
+        "work_weight",
+    )
+
+    def __init__(
+        self,
+        prefill: str | PrefillTime = DEFAULT_PREFILL,
+        work_weight: float = 1.0,
+        host_weight: float = 0.75,
+    ) -> None:
+        self._prefill = prefill_model(prefill)
+        self._model_name = model_name(prefill)
+        self.work_weight = check_number("work_weight", work_weight)
+        self.host_weight = check_number("host_weight", host_weight, high=1.0)
+        self._token_time = self._prefill(CHUNK_TOKENS, CHUNK_TOKENS) / CHUNK_TOKENS
+        self._turn = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"DefaultPolicy(prefill={self._model_name!r}, work_weight={self.work_weight}, "
+            f"host_weight={self.host_weight})"
+        )
+
+    def choose(self, request: Request, view: View) -> Choice:
+        """Return the lowest-score worker; reason ``"affinity"``, ``"spill"`` or ``"balance"``.
+
+        ``"affinity"``: the worker holds the longest match in the fleet (device or
+        host); ``"spill"``: another worker holds a longer one, so the prefix is
+        replicated; ``"balance"``: no worker holds any of the prompt. The detail has
+        the estimated ``ttft`` and ``prefill`` (seconds), and the ``matched``,
+        ``host_matched`` and fleet-wide ``best_matched`` lengths (tokens).
+        """
+        size = len(request.tokens)
+        prefill = self._prefill
+        times: dict[int, float] = {}
+        workers = view.workers
+        lengths = view.lengths
+        host = view.host_lengths
+        queued = view.prefill_tokens
+        decoding = view.decode_tokens
+        requests = view.requests
+        capacities = view.capacities
+        weight = 1.0 + self.work_weight
+        host_weight = self.host_weight
+        token_time = self._token_time
+        n = len(workers)
+        start = self._turn % n
+        self._turn += 1
+
+        best = -1
+        best_fits = False
+        best_score = math.inf
+        best_tokens = 0
+        best_own = 0.0
+        for k in range(n):
+            i = start + k
+            if i >= n:
+                i -= n
+            matched = lengths[i]
+            miss = times.get(matched)
+            if miss is None:
+                miss = times[matched] = prefill(size - matched, size)
+            held = host[i]
+            if held > matched:
+                rest = times.get(held)
+                if rest is None:
+                    rest = times[held] = prefill(size - held, size)
+                own = rest + (1.0 - host_weight) * (miss - rest)
+            else:
+                own = miss
+            in_flight = queued[i] + decoding[i]
+            capacity = capacities[i]
+            fits = capacity is None or in_flight + size - matched <= capacity
+            score = (1.0 + requests[i] / CHUNK_TOKENS) * (token_time * queued[i] + weight * own)
+            if (
+                best < 0
+                or (fits and not best_fits)
+                or (
+                    fits == best_fits
+                    and (score < best_score or (score == best_score and in_flight < best_tokens))
+                )
+            ):
+                best = i
+                best_fits = fits
+                best_score = score
+                best_tokens = in_flight
+                best_own = own
+
+        top = max(host)
+        chosen = host[best]
+        if top == 0:
+            reason = "balance"
+        elif chosen == top:
+            reason = "affinity"
+        else:
+            reason = "spill"
+        slow = 1.0 + requests[best] / CHUNK_TOKENS
+        detail = (
+            ("ttft", slow * (token_time * queued[best] + best_own)),
+            ("prefill", best_own),
+            ("matched", float(lengths[best])),
+            ("host_matched", float(chosen)),
+            ("best_matched", float(top)),
+        )
+        return Choice(workers[best], reason, detail)

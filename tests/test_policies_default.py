@@ -1,0 +1,155 @@
+"""The default policy: affinity while a group fits on one worker, replication once it does not."""
+
+from __future__ import annotations
+
+import pytest
+from policy_cases import detail, index_of, reason, request, view
+
+from radixmeta.policies import DefaultPolicy, Policy, create
+from radixmeta.policies.costs import mistral_7b_a6000_prefill as prefill
+
+PREFIX, TAIL = 2000, 100
+
+
+def run_group(
+    policy: Policy, count: int, drain: int | None, workers: int = 4
+) -> tuple[list[int], str, list[int]]:
+    """Route ``count`` requests of one shared-prefix group, as the router's view would show them.
+
+    The chosen worker holds the prefix from then on (the optimistic insert) and queues the
+    request's uncached tokens; between arrivals every worker prefills ``drain`` queued
+    tokens (``None``: nothing ever drains). Returns the picks, the first letters of the
+    reasons, and the queues at the end.
+    """
+    holds = [False] * workers
+    queued = [0] * workers
+    picks: list[int] = []
+    reasons = ""
+    for i in range(count):
+        v = view(
+            [PREFIX if h else 0 for h in holds],
+            requests=[q // TAIL for q in queued],
+            prefill=queued,
+            prefix_key=1 if any(holds) else None,
+        )
+        choice = policy.choose(request(PREFIX + TAIL, f"r{i}"), v)
+        k = index_of(v, choice)
+        queued[k] += PREFIX + TAIL - v.lengths[k]
+        holds[k] = True
+        picks.append(k)
+        reasons += reason(choice)[0]
+        if drain is not None:
+            queued = [max(0, q - drain) for q in queued]
+    return picks, reasons, queued
+
+
+def test_a_group_that_fits_stays_on_one_worker() -> None:
+    # A worker prefills 150 tokens between arrivals and each request adds 100: it keeps up.
+    picks, reasons, queued = run_group(create("default"), 300, drain=150)
+    assert picks == [0] * 300
+    assert reasons == "b" + "a" * 299  # the first lands by balance, the rest by affinity
+    assert queued == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(("drain", "replicas"), [(60, 2), (40, 3), (20, 4)])
+def test_a_group_that_would_overload_one_worker_is_replicated(drain: int, replicas: int) -> None:
+    # 100 tokens arrive per interval; one replica prefills `drain` of them: ceil(100 / drain)
+    # replicas keep up (all four are not enough at 20, so all four are used).
+    picks, reasons, queued = run_group(create("default"), 400, drain=drain)
+    used = sorted(set(picks))
+    assert len(used) == replicas
+    assert reasons.count("s") == replicas - 1  # one spill per new replica, then affinity
+    assert reasons.index("s") > 10  # no replica before the holder's queue builds up
+    counts = [picks.count(k) for k in used]
+    assert max(counts) < 1.5 * min(counts)  # the group is shared out among its replicas
+    if replicas < 4:
+        assert max(queued) < 4 * (PREFIX + TAIL)  # and the queues stay bounded
+
+
+def test_work_weight_keeps_a_burst_from_replicating_at_once() -> None:
+    # Nothing drains: with work_weight 0 (pure least TTFT) the second request of the burst
+    # already recomputes the prefix elsewhere; the default waits until replicating pays.
+    _, eager, _ = run_group(create("default", work_weight=0.0), 8, drain=None)
+    assert eager[:4] == "bsss"
+    _, patient, _ = run_group(create("default"), 40, drain=None)
+    first = patient.index("s")
+    assert first > 10 and patient[:first] == "b" + "a" * (first - 1)
+
+
+def test_new_groups_rotate_over_idle_workers() -> None:
+    policy = create("default")
+    v = view([0, 0, 0, 0])
+    picks = [index_of(v, policy.choose(request(500, f"r{i}"), v)) for i in range(6)]
+    assert picks == [0, 1, 2, 3, 0, 1]
+    assert reason(policy.choose(request(500), v)) == "balance"
+
+
+def test_ties_go_to_the_fewest_tokens_in_flight() -> None:
+    policy = create("default")
+    v = view([0, 0, 0], decode=[300, 100, 200])
+    assert {index_of(v, policy.choose(request(500, f"r{i}"), v)) for i in range(3)} == {1}
+
+
+def test_the_holder_wins_and_the_detail_shows_why() -> None:
+    policy = create("default")
+    v = view([0, 2048, 0])
+    choice = policy.choose(request(2148), v)
+    assert index_of(v, choice) == 1 and reason(choice) == "affinity"
+    numbers = detail(choice)
+    assert numbers["prefill"] == pytest.approx(prefill(100, 2148))
+    assert numbers["ttft"] == pytest.approx(prefill(100, 2148))
+    assert (numbers["matched"], numbers["best_matched"]) == (2048.0, 2048.0)
+
+
+def test_the_score_formula() -> None:
+    policy = create("default", work_weight=0.5)
+    token_time = prefill(512, 512) / 512
+    v = view([0, 1024], requests=[10, 300], prefill=[800, 6000])
+    size = 1500
+    scores = [
+        (1 + 10 / 512) * (token_time * 800 + 1.5 * prefill(1500, 1500)),
+        (1 + 300 / 512) * (token_time * 6000 + 1.5 * prefill(476, 1500)),
+    ]
+    choice = policy.choose(request(size), v)
+    assert index_of(v, choice) == scores.index(min(scores))
+    k = index_of(v, choice)
+    own = prefill(size - v.lengths[k], size)
+    slow = 1 + v.requests[k] / 512
+    assert detail(choice)["ttft"] == pytest.approx(slow * (token_time * v.prefill_tokens[k] + own))
+
+
+def test_a_worker_that_cannot_hold_the_request_is_avoided() -> None:
+    policy = create("default")
+    # worker 0 holds the prefix but has 9,000 of its 10,000 tokens in flight
+    v = view([2000, 0], decode=[9000, 0], capacities=[10_000, 10_000])
+    choice = policy.choose(request(3100), v)
+    assert index_of(v, choice) == 1 and reason(choice) == "spill"
+    # when no worker can, the score decides among all
+    v = view([2000, 0], decode=[9000, 9500], capacities=[10_000, 10_000])
+    assert index_of(v, policy.choose(request(3100), v)) == 0
+    # an unknown capacity always fits
+    v = view([2000, 0], decode=[9000, 0], capacities=[None, 10_000])
+    assert index_of(v, policy.choose(request(3100), v)) == 0
+
+
+def test_host_hits_count_at_host_weight() -> None:
+    v = view([0, 0], host=[2048, 0])
+    choice = create("default").choose(request(2148), v)
+    assert index_of(v, choice) == 0 and reason(choice) == "affinity"
+    expected = prefill(100, 2148) + 0.25 * (prefill(2148, 2148) - prefill(100, 2148))
+    assert detail(choice)["prefill"] == pytest.approx(expected)
+    assert detail(choice)["host_matched"] == 2048.0
+    # host_weight 0: a host hit is worth nothing, so the two workers tie
+    none = create("default", host_weight=0.0).choose(request(2148), v)
+    assert detail(none)["prefill"] == pytest.approx(prefill(2148, 2148))
+
+
+def test_a_custom_prefill_model() -> None:
+    def linear(extend: int, context: int) -> float:
+        return 1e-4 * extend
+
+    policy = create("default", prefill=linear)
+    assert isinstance(policy, DefaultPolicy)
+    assert repr(policy) == "DefaultPolicy(prefill='linear', work_weight=1.0, host_weight=0.75)"
+    v = view([0, 1000])
+    assert detail(policy.choose(request(1100), v))["prefill"] == pytest.approx(0.01)
