@@ -465,7 +465,7 @@ cdef class CacheCore:
     cdef object _last_evicted
 
     def __cinit__(self, page_size=1, *, eviction="lru", capacity=None, on_evict=None,
-                  event_log=None):
+                  event_log=None, refresh_split_tail=False):
         cdef uint32_t page = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
@@ -485,6 +485,8 @@ cdef class CacheCore:
             page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
             kNoCapacity if capacity is None else <uint64_t>min(capacity, kNoCapacity - 1),
         ))
+        self._tree.get().set_refresh_split_tail(check_flag("refresh_split_tail",
+                                                           refresh_split_tail))
         self._owner = next(_owner_ids)
         self._eviction = eviction
         self._capacity = capacity
@@ -525,6 +527,11 @@ cdef class CacheCore:
     def capacity(self):
         """The capacity in tokens, or None."""
         return self._capacity
+
+    @property
+    def refresh_split_tail(self):
+        """Whether a split also stamps the lower half of the cut node as just used."""
+        return self._tree.get().refresh_split_tail()
 
     @property
     def on_evict(self):
@@ -694,6 +701,21 @@ cdef class CacheCore:
         elif evicted is not None:
             self._on_evict(evicted)
         return out.prefix_length
+
+    def path_values(self, node):
+        """The KV slots of the path from the root to ``node`` (int64, ``node.length`` of them).
+
+        What ``match_prefix`` gathers, for a node matched earlier with
+        ``values=False``. Complexity: O(nodes on the path + node.length).
+        """
+        cdef uint32_t index = self._node_index(node)
+        cdef cnp.ndarray out = _new_int64(self._tree.get().node(index).depth)
+        # Making the array can run code that uses this cache (a collection's
+        # finalizers): check the handle again before reading the tree.
+        index = self._node_index(node)
+        if cnp.PyArray_DIM(out, 0):
+            self._tree.get().path_values(index, <int64_t*>cnp.PyArray_DATA(out))
+        return out
 
     def lock(self, node):
         """Lock ``node`` and its path to the root against eviction. O(depth + log n)."""

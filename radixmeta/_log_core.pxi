@@ -34,7 +34,7 @@ cdef class EventLogCore:
     cdef readonly str form
     cdef readonly str worker
     cdef readonly object dp_rank
-    cdef object _scheme  # None: the native chain; else a callable (tokens, page_size)
+    cdef object _scheme  # None: the native chain; else a callable (tokens, page_size, namespace)
     cdef object _hash_name
     cdef object _names  # the attached cache's namespace id -> namespace (None until attached)
     cdef uint32_t _page
@@ -136,17 +136,18 @@ cdef class EventLogCore:
             r = picked[i]
             path = _uint32_copy(tokens, at, at + r.length)
             at += r.length
-            hashes = self._hashes(path) if self.form == "blocks" and r.kind != 2 else None
+            namespace = names.get(r.ns) if r.ns else None
+            hashes = (self._hashes(path, namespace)
+                      if self.form == "blocks" and r.kind != 2 else None)
             out.append(make_record(r.kind, self.worker, self.dp_rank,
                                    r.seq if stamp is None else stamp,
-                                   names.get(r.ns) if r.ns else None, path, r.start,
-                                   self._page, hashes))
+                                   namespace, path, r.start, self._page, hashes))
         return out
 
-    cdef object _hashes(self, cnp.ndarray path):
+    cdef object _hashes(self, cnp.ndarray path, object namespace):
         cdef uint64_t pages = cnp.PyArray_DIM(path, 0) // self._page
         if self._scheme is not None:
-            return checked_hashes(self._scheme(path, self._page), pages)
+            return checked_hashes(self._scheme(path, self._page, namespace), pages)
         cdef cnp.npy_intp dims = <cnp.npy_intp>pages
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT64, 0)
         chain_hashes(<const uint32_t*>cnp.PyArray_DATA(path), pages, self._page,
@@ -156,3 +157,21 @@ cdef class EventLogCore:
     def __repr__(self):
         return (f"EventLog(worker={self.worker!r}, dp_rank={self.dp_rank}, form={self.form!r}, "
                 f"records={len(self)}, next_seq={self.next_seq})")
+
+
+def native_chain_hashes(cnp.ndarray tokens not None, page_size):
+    """The default block-hash chain (``hash="chain"``) of each whole page of ``tokens``.
+
+    ``tokens`` is a 1-D uint32 array; the result has one uint64 per whole page,
+    the values :func:`radixmeta._hashing.chain_hashes` computes, in C++.
+    Complexity: O(len(tokens)).
+    """
+    cdef uint32_t page = check_page_size(page_size)
+    if tokens.ndim != 1 or tokens.dtype != np.uint32:
+        raise InvalidInputError("tokens must be a 1-D uint32 array")
+    cdef cnp.ndarray data = np.ascontiguousarray(tokens)
+    cdef cnp.npy_intp dims = <cnp.npy_intp>(cnp.PyArray_DIM(data, 0) // page)
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_UINT64, 0)
+    chain_hashes(<const uint32_t*>cnp.PyArray_DATA(data), <uint64_t>dims, page,
+                 <uint64_t*>cnp.PyArray_DATA(out))
+    return out

@@ -48,6 +48,8 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
                   uint64_t capacity) except +
         uint32_t page_size()
         uint64_t capacity()
+        bool refresh_split_tail()
+        void set_refresh_split_tail(bool on)
         uint64_t epoch()
         uint64_t evictable_size()
         uint64_t protected_size()

@@ -20,6 +20,7 @@ batches, and a record is named by ``(seq, index)``, its position in the batch.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import msgspec
@@ -210,11 +211,37 @@ def log_settings(
         if hash not in _hashing.SCHEMES:
             msg = f"hash must be 'chain', 'sglang' or a callable, got {hash!r}"
             raise InvalidInputError(msg)
-        return capacity, max_tokens, form, hash, _hashing.SCHEMES[hash], worker, dp_rank
+        scheme = _with_namespace(_hashing.SCHEMES[hash])
+        return capacity, max_tokens, form, hash, scheme, worker, dp_rank
     if not callable(hash):
         msg = f"hash must be 'chain', 'sglang' or a callable, got {type(hash).__name__}"
         raise InputTypeError(msg)
-    return capacity, max_tokens, form, hash, hash, worker, dp_rank
+    return capacity, max_tokens, form, hash, _with_namespace(hash), worker, dp_rank
+
+
+def _takes_namespace(fn: Any) -> bool:
+    """Whether a hash callable accepts the ``namespace`` keyword (by name or ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the plain form
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD
+        or (p.name == "namespace" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in params
+    )
+
+
+def _with_namespace(fn: Any) -> Any:
+    """``fn`` as a ``(path, page_size, namespace)`` callable, whichever form it takes.
+
+    Pages of different namespaces are different blocks, and an engine's hash may
+    say so (SGLang seeds salted chains differently); a scheme that does not care
+    takes two arguments and is wrapped here, so both cores make one kind of call.
+    """
+    if _takes_namespace(fn):
+        return lambda path, page, namespace: fn(path, page, namespace=namespace)
+    return lambda path, page, namespace: fn(path, page)
 
 
 def truncated(after: int, oldest: int, capacity: int) -> LogTruncatedError:

@@ -165,6 +165,7 @@ class CacheCore:
         capacity: int | None = None,
         on_evict: Callable[[np.ndarray], object] | None = None,
         event_log: EventLogCore | None = None,
+        refresh_split_tail: bool = False,
     ) -> None:
         self._page_size = check_page_size(page_size)
         if eviction not in EVICTION_POLICIES:
@@ -180,6 +181,7 @@ class CacheCore:
         if event_log is not None and not isinstance(event_log, EventLogCore):
             msg = f"event_log must be an EventLog or None, got {type(event_log).__name__}"
             raise InputTypeError(msg)
+        self._refresh_split_tail = check_flag("refresh_split_tail", refresh_split_tail)
         if event_log is not None:
             event_log._attach(self._page_size)
         self._log = event_log
@@ -242,6 +244,11 @@ class CacheCore:
     def total_size(self) -> int:
         """Tokens cached."""
         return self._evictable + self._protected
+
+    @property
+    def refresh_split_tail(self) -> bool:
+        """Whether a split also stamps the lower half of the cut node as just used."""
+        return self._refresh_split_tail
 
     @property
     @atomic
@@ -357,7 +364,10 @@ class CacheCore:
             m = self._common(child.label, toks, pos)
             ends_inside = m < len(child.label)
             if ends_inside:
+                lower = child
                 child = self._split(child, m)
+                if self._refresh_split_tail:  # as SGLang's trees stamp the node they cut
+                    lower.last_access = self._clock
             touch(child)
             node = child
             pos += m
@@ -521,6 +531,11 @@ class CacheCore:
                 self._evictable += len(walk.label)
                 self._protected -= len(walk.label)
             walk = walk.parent
+
+    @atomic
+    def path_values(self, node: Node) -> np.ndarray:
+        """The KV slots of the path from the root to ``node`` (int64, ``node.length`` of them)."""
+        return np.array(self._path_values(self._node_of(node)), dtype=np.int64)
 
     @atomic
     def lock_count(self, node: Node) -> int:

@@ -136,8 +136,11 @@ class EventLogCore:
         tokens = np.array(path, dtype=np.uint32)
         hashes = None
         if self.form == "blocks" and kind != CLEARED:
-            scheme = self._scheme or _hashing.chain_hashes
-            hashes = checked_hashes(scheme(tokens, self._page), len(path) // self._page)
+            if self._scheme is None:
+                hashed = _hashing.chain_hashes(tokens, self._page)
+            else:
+                hashed = self._scheme(tokens, self._page, namespace)
+            hashes = checked_hashes(hashed, len(path) // self._page)
         return make_record(
             kind,
             self.worker,

@@ -39,6 +39,10 @@ class RadixCache(_CacheCore):
         :class:`~radixmeta.errors.CacheFullError` (changing nothing) when locked
         nodes make that impossible. Slots freed this way are collected until
         :meth:`take_evicted` is called.
+    refresh_split_tail : bool, default False
+        When a match or an insert ends inside a node and splits it, also stamp
+        the lower half (the cached tokens past the cut) as just used, as
+        SGLang's own trees do; by default only the matched path is stamped.
 
     Notes
     -----

@@ -31,6 +31,8 @@ __all__ = [
     "DataNotFoundError",
     "OptionalDependencyError",
     "PolicyError",
+    "UnsupportedConfigurationError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -164,4 +166,22 @@ class PolicyError(RadixMetaError, ValueError):
     parameter value out of its range (a negative threshold, an unknown load
     measure), and by :func:`radixmeta.policies.costs.prefill_model` for an unknown
     model name. A parameter of the wrong type is an :class:`InputTypeError`.
+    """
+
+
+class UnsupportedConfigurationError(RadixMetaError, ValueError):
+    """An engine configuration that a radixmeta integration does not support.
+
+    Raised at startup, before the engine serves anything, by the SGLang
+    radix-cache backend (:doc:`sglang`) for the features it does not implement
+    (HiCache, session caches, Mamba and sliding-window models, ...). The message
+    names the flag or the model property and what to do instead.
+    """
+
+
+class UnsupportedVersionError(RadixMetaError, RuntimeError):
+    """An engine release whose interface differs from what the integration was written for.
+
+    The message names the release found and the releases the integration is
+    tested with.
     """

@@ -49,7 +49,10 @@ class EventLog(_EventLogCore):
         core; ``"sglang"`` is SGLang's SHA-256 chain (0.5.6+), so a router
         outside radixmeta computes the same hashes; a callable takes
         ``(path_tokens, page_size)`` and returns one unsigned 64-bit hash per
-        page of the path. Hashes are computed when records are read.
+        page of the path. A callable that also accepts a ``namespace`` keyword
+        is given the record's namespace, for engines whose hashes depend on it
+        (SGLang seeds a salted chain differently). Hashes are computed when
+        records are read.
     worker : str, default ""
         The worker name the records carry.
     dp_rank : int, default 0

@@ -652,6 +652,10 @@ class BruteForceCache:
         Eviction order.
     capacity : int, optional
         Maximum number of cached tokens, enforced by insert.
+    on_evict : callable, optional
+        Receives the slots the model frees on its own, as the real cache's.
+    refresh_split_tail : bool, default False
+        A split by a match or an insert also stamps the cut node's lower half.
 
     Examples
     --------
@@ -672,8 +676,10 @@ class BruteForceCache:
         eviction: str = "lru",
         capacity: int | None = None,
         on_evict: Callable[[npt.NDArray[np.int64]], object] | None = None,
+        refresh_split_tail: bool = False,
     ) -> None:
         self._page_size = _keys.check_page_size(page_size)
+        self._refresh_split_tail = _keys.check_flag("refresh_split_tail", refresh_split_tail)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
@@ -702,6 +708,11 @@ class BruteForceCache:
     def page_size(self) -> int:
         """Tokens per page."""
         return self._page_size
+
+    @property
+    def refresh_split_tail(self) -> bool:
+        """Whether a split also stamps the lower half of the cut node as just used."""
+        return self._refresh_split_tail
 
     @property
     def on_evict(self) -> Callable[[npt.NDArray[np.int64]], object] | None:
@@ -768,14 +779,20 @@ class BruteForceCache:
     def _has_children(self, namespace: Hashable, end: Tokens) -> bool:
         return any(len(q) > len(end) and q[: len(end)] == end for q in self._cached[namespace])
 
-    def _cut(self, namespace: Hashable, prefix: Tokens) -> None:
-        """Make ``prefix`` a node end, copying the metadata of the node it splits."""
+    def _cut(self, namespace: Hashable, prefix: Tokens, *, walked: bool = False) -> None:
+        """Make ``prefix`` a node end, copying the metadata of the node it splits.
+
+        ``walked``: the cut is a match's or an insert's, whose walk stamps the
+        lower half too under ``refresh_split_tail``.
+        """
         ends = self._ends[namespace]
         if prefix and prefix not in ends:
             old = ends[self._owner_end(namespace, prefix)]
             new = _Meta(**vars(old))
             new.serial = next(self._serials)
             ends[prefix] = new
+            if walked and self._refresh_split_tail:
+                old.last_access = self._clock
 
     def _sizes(self) -> tuple[int, int]:
         evictable = protected = 0
@@ -861,7 +878,7 @@ class BruteForceCache:
             empty = np.empty(0, np.int64) if values else None
             return BruteForceMatchResult(0, empty, self._handle(None, ()))
         pos = self._matched(namespace, toks)
-        self._cut(namespace, toks[:pos])
+        self._cut(namespace, toks[:pos], walked=True)
         for meta in self._path(namespace, toks[:pos]):
             meta.last_access = self._clock
             meta.hit_count = min(meta.hit_count + 1, 2**32 - 1)  # native saturates
@@ -889,7 +906,7 @@ class BruteForceCache:
         cached = self._cached.setdefault(namespace, {})
         ends = self._ends.setdefault(namespace, {})
         pos = self._matched(namespace, toks)
-        self._cut(namespace, toks[:pos])
+        self._cut(namespace, toks[:pos], walked=True)
         for meta in self._path(namespace, toks[:pos]):
             meta.last_access = self._clock
             meta.priority = max(meta.priority, priority)
@@ -966,6 +983,11 @@ class BruteForceCache:
             if len(e) > len(end) and e[: len(end)] == end and self._parent_end(namespace, e) == end
         )
         return ends[end].lock_count - below
+
+    def path_values(self, node: Any) -> npt.NDArray[np.int64]:
+        """The slots of the path from the root to the node (see ``RadixCache.path_values``)."""
+        namespace, end = self._resolve(node)
+        return np.array(self._cached[namespace][end] if end else (), dtype=np.int64)
 
     def lock_count(self, node: Any) -> int:
         """Return the node's lock count (0 for a root)."""

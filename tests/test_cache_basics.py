@@ -570,3 +570,47 @@ def test_namespaces_are_listed_in_creation_order(impl: type) -> None:
         assert grown.insert([1], namespace=namespace) == 0
     assert cache.namespaces() == [None]
     assert grown.namespaces() == [None, "a", "latest", "later", "late"]
+
+
+def test_path_values_are_what_a_match_gathers(impl: type) -> None:
+    """path_values(node) of a node matched with values=False: the same slots, no clock tick."""
+    cache = impl(2)
+    cache.insert([1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15])
+    cache.insert([1, 2, 7, 7], [20, 21, 22, 23], namespace="ns")
+    m = cache.match_prefix([1, 2, 3, 4, 9, 9], values=False)
+    assert m.values is None
+    stats = cache.stats
+    assert cache.path_values(m.node).tolist() == [10, 11, 12, 13]
+    assert cache.path_values(m.node).dtype == np.int64
+    assert cache.stats == stats
+    full = cache.match_prefix([1, 2, 3, 4, 5, 6])
+    assert cache.path_values(full.node).tolist() == full.values.tolist()
+    other = cache.match_prefix([1, 2, 7, 7], namespace="ns", values=False)
+    assert cache.path_values(other.node).tolist() == [20, 21, 22, 23]
+    root = cache.match_prefix([], values=False).node
+    assert cache.path_values(root).tolist() == []
+    cache.evict(100)
+    with pytest.raises(StaleNodeError):
+        cache.path_values(m.node)
+    with pytest.raises(InputTypeError, match="node must be a Node handle, got int"):
+        cache.path_values(3)
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_refresh_split_tail_stamps_the_cut_off_half(impl: type, refresh: bool) -> None:
+    """With refresh_split_tail the tokens past a split count as just used (SGLang's LRU)."""
+    cache = impl(eviction="lru", refresh_split_tail=refresh)
+    assert cache.refresh_split_tail is refresh
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    cache.insert([5, 6, 7, 8], [14, 15, 16, 17])
+    cache.match_prefix([1, 2, 9])  # splits [1, 2, 3, 4]: [3, 4] is the cut-off half
+    expected = [14, 15, 16, 17] if refresh else [12, 13]
+    assert cache.evict(1).values.tolist() == expected
+    cache = impl(refresh_split_tail=refresh)
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    cache.insert([5, 6, 7, 8], [14, 15, 16, 17])
+    cache.insert([1, 2, 9, 9], [20, 21, 22, 23])  # an insert's split stamps it the same way
+    assert cache.evict(1).values.tolist() == expected  # the new leaf [9, 9] is newest
+    cache.check()
+    with pytest.raises(InputTypeError, match="refresh_split_tail must be a bool, got int"):
+        impl(refresh_split_tail=1)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import META_CORES, NATIVE, REFERENCE
+from conftest import META_CORES, NATIVE, REFERENCE, require_native
 
 from radixmeta import _reference
 from radixmeta._hashing import chain_hashes, sglang_hashes
@@ -206,6 +206,37 @@ def test_block_records_use_the_chosen_hash(log_impl: tuple[type, type]) -> None:
     assert signed == [-1944566869021170841, 9056173362842263460]
 
 
+def test_a_hash_callable_may_take_the_namespace(log_impl: tuple[type, type]) -> None:
+    """A scheme that accepts ``namespace`` is told each record's; a two-argument one is not."""
+    log_cls, cache_cls = log_impl
+    seen: list[Any] = []
+
+    def by_namespace(tokens: Any, page: int, *, namespace: Any) -> np.ndarray:
+        seen.append(namespace)
+        return np.arange(len(tokens) // page, dtype=np.uint64) + (100 if namespace else 0)
+
+    def with_kwargs(tokens: Any, page: int, **kwargs: Any) -> np.ndarray:
+        seen.append(kwargs)
+        return np.zeros(len(tokens) // page, dtype=np.uint64)
+
+    log = log_cls(form="blocks", hash=by_namespace, worker="w")
+    assert log.hash is by_namespace
+    cache = cache_cls(2, event_log=log)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4], namespace="salt:a")
+    cache.evict(100)
+    records = log.read()
+    assert seen == [None, "salt:a", None, "salt:a"]
+    assert [r.block_hashes.tolist() for r in records] == [[0, 1], [100, 101], [0, 1], [100, 101]]
+    assert [r.block_hashes.tolist() for r in cache.snapshot()] == []
+    seen.clear()
+    log = log_cls(form="blocks", hash=with_kwargs, worker="w")
+    cache = cache_cls(2, event_log=log)
+    cache.insert([5, 6], namespace=7)
+    log.read()
+    assert seen == [{"namespace": 7}]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "exc", "message"),
     [
@@ -277,3 +308,16 @@ def test_the_ring_is_bounded_by_tokens_too(log_impl: tuple[type, type]) -> None:
     assert ([r.seq for r in log.read()], log.held_tokens) == ([1, 2], 8)
     cache.insert(list(range(50)))  # longer than the bound alone: the newest always stays
     assert [r.seq for r in log.read()] == [3]
+
+
+def test_native_chain_hashes_are_the_reference_chain() -> None:
+    """radixmeta._core.native_chain_hashes: the default block chain, computed in C++."""
+    core = require_native()
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 2**32, size=50, dtype=np.uint32)
+    for page in (1, 4, 7):
+        got = core.native_chain_hashes(tokens, page)
+        assert got.tolist() == chain_hashes(tokens, page).tolist()
+    assert core.native_chain_hashes(tokens[:0], 2).tolist() == []
+    with pytest.raises(InvalidInputError, match="tokens must be a 1-D uint32 array"):
+        core.native_chain_hashes(tokens.astype(np.int64), 2)

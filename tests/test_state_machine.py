@@ -86,6 +86,7 @@ class CacheMachine(RuleBasedStateMachine):
         page_size=st.sampled_from([1, 4]),
         eviction=st.sampled_from(EVICTION_POLICIES),
         capacity=st.sampled_from([None, None, 0, 8, 16, 24, 32, 48]),
+        refresh=st.booleans(),
         stems=token_sequences(vocab_size=3, max_size=6, max_stem_length=16, max_tail_length=4),
         initial=st.lists(st.tuples(KEYS, NAMESPACES, PRIORITIES), min_size=3, max_size=10),
     )
@@ -94,17 +95,28 @@ class CacheMachine(RuleBasedStateMachine):
         page_size: int,
         eviction: str,
         capacity: int | None,
+        refresh: bool,
         stems: list[list[int]],
         initial: list[tuple[tuple[int, int, list[int]], Hashable, int]],
     ) -> None:
         # One log per side: what each hands to on_evict must agree after every step.
         self.logs = [EvictionLog() for _ in range(len(self.CORES) + 1)]
         self.caches = [
-            cls(page_size, eviction=eviction, capacity=capacity, on_evict=log)
+            cls(
+                page_size,
+                eviction=eviction,
+                capacity=capacity,
+                on_evict=log,
+                refresh_split_tail=refresh,
+            )
             for cls, log in zip(self.CORES, self.logs, strict=False)
         ]
         self.model = BruteForceCache(
-            page_size, eviction=eviction, capacity=capacity, on_evict=self.logs[-1]
+            page_size,
+            eviction=eviction,
+            capacity=capacity,
+            on_evict=self.logs[-1],
+            refresh_split_tail=refresh,
         )
         self.sides: list[Any] = [*self.caches, self.model]
         self.stems = [s for s in stems if s] or [[0, 1, 2, 0]]
@@ -199,6 +211,11 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(handle=handles)
     def unlock(self, handle: tuple[Any, ...]) -> None:
         self.call(lambda c, i: c.unlock(handle[i]))
+
+    @rule(handle=handles)
+    def path_values(self, handle: tuple[Any, ...]) -> None:
+        got = self.call(lambda c, i: tuple(c.path_values(handle[i]).tolist()))
+        assert len(set(got)) == 1, got
 
     @rule(handle=handles)
     def lock_count(self, handle: tuple[Any, ...]) -> None:

@@ -141,6 +141,10 @@ class RadixTree {
   EvictionPolicy policy() const { return policy_; }
   bool store_values() const { return arena_.with_values(); }
   uint64_t capacity() const { return capacity_; }
+  // When a match or insert splits a node, whether the lower half (the tokens
+  // past the cut) also takes the walk's access stamp. Off by default.
+  bool refresh_split_tail() const { return refresh_split_tail_; }
+  void set_refresh_split_tail(bool on) { refresh_split_tail_ = on; }
   uint64_t epoch() const { return epoch_; }
   uint64_t clock() const { return clock_; }
   uint64_t evictable_size() const { return evictable_; }
@@ -478,7 +482,15 @@ class RadixTree {
         node = c;
         continue;
       }
-      if (m < len) c = split(c, static_cast<uint32_t>(m));
+      if (m < len) {
+        const uint32_t lower = c;
+        c = split(c, static_cast<uint32_t>(m));
+        if (refresh_split_tail_) {  // SGLang's trees stamp the cut node before cutting it
+          Node& ln = nodes_[lower];
+          ln.last_access = clock_;
+          if (ln.children.empty() && ln.lock_count == 0) heap_.update(lower, key_of(ln));
+        }
+      }
       Node& t = nodes_[c];
       t.last_access = clock_;
       if constexpr (mode == WalkMode::kMatch) {
@@ -656,6 +668,7 @@ class RadixTree {
   uint32_t page_size_;
   EvictionPolicy policy_;
   uint64_t capacity_;
+  bool refresh_split_tail_ = false;
   LabelArena arena_;
   NodePool<Node> nodes_;
   EvictHeap heap_;
