@@ -2,6 +2,7 @@
 # Included into _core.pyx, whose argument converters it shares.
 
 from radixmeta._meta_tree cimport (
+    MatchPath,
     MetaTree,
     StoredCheck,
     kAllTiers,
@@ -13,7 +14,7 @@ from radixmeta._meta_tree cimport (
     kUnknownParent,
 )
 
-from radixmeta import _blocks
+from radixmeta import _blocks, _holds
 from radixmeta._blocks import BlockStatus
 from radixmeta._keys import PER_BLOCK as _PER_BLOCK, PER_PAGE as _PER_PAGE, check_namespace
 from radixmeta._keys import per_key_tags as _per_key_tags, tags as _checked_tags
@@ -220,6 +221,14 @@ cdef class MetaMatch:
     cdef object _host_lengths
     cdef object _tree_length
     cdef tuple _slots
+    # A cursor (match(..., cursor=True)): the tree, the key and tags as arrays
+    # of their own, the namespace object, and which of the tree's matches this
+    # was (the tree keeps the walk of its latest cursor match only).
+    cdef MetaCore _tree
+    cdef object _key
+    cdef object _tags
+    cdef object _namespace
+    cdef uint64_t _serial
 
     @property
     def lengths(self):
@@ -258,6 +267,20 @@ cdef class MetaMatch:
                 found = i
         return None if found < 0 else (slots[found], int(top))
 
+    def insert(self, worker, *, tier=0):
+        """``tree.insert(key, worker, tier=tier, ...)`` of the matched key, continuing from
+        the match's walk while the tree's shape is unchanged since (a cursor match only)."""
+        if self._tree is None:
+            raise _holds.no_cursor()
+        return self._tree._mark_from(self, worker, tier, False)
+
+    def hold(self, worker):
+        """``tree.hold(key, worker, ...)`` of the matched key, continuing from the match's
+        walk while the tree's shape is unchanged since (a cursor match only)."""
+        if self._tree is None:
+            raise _holds.no_cursor()
+        return self._tree._mark_from(self, worker, 0, True)
+
     def __repr__(self):
         return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
 
@@ -276,6 +299,11 @@ cdef class MetaCore:
     # tree), so every call converts into buffers of its own and resolves its
     # worker again after converting, right before the tree changes.
     cdef object _lock
+    # The walk of the latest match(..., cursor=True), and its number: a cursor
+    # MetaMatch continues from it only if no other cursor match came since
+    # (the core then also checks that the tree's shape is unchanged).
+    cdef MatchPath _path
+    cdef uint64_t _path_serial
 
     def __cinit__(self, page_size=1):
         cdef uint32_t page = check_page_size(page_size)
@@ -429,19 +457,38 @@ cdef class MetaCore:
         finally:
             self._settle_namespaces(ns)
 
-    def match(self, key, *, touch=False, extras=None, namespace=None):
+    def match(self, key, *, touch=False, extras=None, namespace=None, optimistic=True,
+              cursor=False):
         """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
         cdef const uint32_t* data
         cdef const uint64_t* tags = NULL
         cdef size_t n
         cdef vector[uint32_t] scratch  # not the shared one: match takes no lock
         cdef vector[uint64_t] tag_scratch
-        owner = _load_tokens(key, &scratch, &data, &n)
+        cdef bint keep = cursor is True
+        cdef cnp.ndarray owned
+        tag_owner = None
+        if keep:  # the cursor keeps the key: an array of its own (a uint32 array as it is)
+            owned = _owned_tokens(key)
+            owner = owned
+            data = <const uint32_t*>cnp.PyArray_DATA(owned)
+            n = cnp.PyArray_DIM(owned, 0)
+        else:
+            owner = _load_tokens(key, &scratch, &data, &n)
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        if optimistic is not True and optimistic is not False:
+            check_flag("optimistic", optimistic)
+        if not keep and cursor is not False:
+            check_flag("cursor", cursor)
         if extras is not None:
-            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
-                                   &tag_scratch, &tags)
+            if keep:
+                tag_owner = _owned_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                        "extras")
+                tags = _tags_of(tag_owner)
+            else:
+                tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                       &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
@@ -453,15 +500,99 @@ cdef class MetaCore:
             host = _new_int64(count)
             host_data = <int64_t*>cnp.PyArray_DATA(host)
         cdef uint64_t found = tree.match(
-            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count)
+            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count,
+            optimistic, &self._path if keep else NULL)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
         result._lengths = lengths
         result._host_lengths = host
         result._tree_length = found
         result._slots = slots
+        if keep:
+            self._path_serial += 1
+            result._tree = self
+            result._key = owner
+            result._tags = tag_owner
+            result._namespace = namespace
+            result._serial = self._path_serial
         return result
 
-    def match_many(self, keys, *, touch=False, tier=0, extras=None, namespace=None):
+    cdef object _mark_from(self, MetaMatch m, object worker, object tier, bint holding):
+        """MetaMatch.insert and MetaMatch.hold: the mark, along the kept walk if current."""
+        cdef uint32_t w, t = 0, ns
+        cdef cnp.ndarray key = <cnp.ndarray>m._key
+        cdef const uint32_t* data = <const uint32_t*>cnp.PyArray_DATA(key)
+        cdef size_t n = cnp.PyArray_DIM(key, 0)
+        cdef const uint64_t* tags = _tags_of(m._tags)
+        cdef MetaTree* tree = self._tree.get()
+        cdef bint along
+        with self._lock:
+            w = self._index(worker)
+            if holding:
+                if self._table.capacities[w] is not None:
+                    raise _holds.approximate_hold(worker)
+            elif tier is not 0:
+                t = _blocks.check_tier(tier)
+            ns = self._namespace_id(m._namespace, True)
+            along = m._serial == self._path_serial
+            try:
+                if holding:
+                    if along:
+                        return tree.hold_along(self._path, ns, data, n, tags, w)
+                    return tree.hold(ns, data, n, tags, w)
+                if along:
+                    return tree.insert_along(self._path, ns, data, n, tags, w, t)
+                return tree.insert(ns, data, n, tags, w, 0, t)
+            finally:
+                self._settle_namespaces(ns)
+
+    # -- holds ----------------------------------------------------------------------------
+
+    def hold(self, key, worker, *, extras=None, namespace=None):
+        """Hold every page of ``key`` for exact ``worker`` until ``release``; returns the id."""
+        cdef uint32_t w, ns
+        cdef const uint32_t* data
+        cdef const uint64_t* tags = NULL
+        cdef size_t n
+        cdef vector[uint32_t] scratch
+        cdef vector[uint64_t] tag_scratch
+        with self._lock:
+            w = self._index(worker)
+            if self._table.capacities[w] is not None:
+                raise _holds.approximate_hold(worker)
+            owner = _load_tokens(key, &scratch, &data, &n)
+            if extras is not None:
+                tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                       &tag_scratch, &tags)
+            ns = self._namespace_id(namespace, True)
+            try:
+                w = self._index(worker)  # conversion may have run code that removed it
+                return self._tree.get().hold(ns, data, n, tags, w)
+            finally:
+                self._settle_namespaces(ns)
+
+    def release(self, hold):
+        """End a hold; returns the pages its worker no longer holds by any hold."""
+        with self._lock:
+            h = _holds.check_hold(hold)
+            if h >= _holds.HOLD_LIMIT or not self._tree.get().has_hold(h):
+                raise _holds.stale_hold(h)
+            try:
+                return self._tree.get().release(h)
+            finally:
+                self._settle_namespaces(0)
+
+    @property
+    def hold_count(self):
+        """Holds not released yet."""
+        return self._tree.get().hold_count()
+
+    def hold_tokens(self, worker):
+        """Tokens of the pages ``worker`` holds by some hold."""
+        with self._lock:
+            return self._tree.get().hold_tokens(self._index(worker))
+
+    def match_many(self, keys, *, touch=False, tier=0, extras=None, namespace=None,
+                   optimistic=True):
         """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -476,6 +607,8 @@ cdef class MetaCore:
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
         cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
+        if optimistic is not True and optimistic is not False:
+            check_flag("optimistic", optimistic)
         cdef uint32_t page = self._tree.get().page_size()
         tag_rows = _per_key_tags(extras, len(converted))
         owned_tags = [
@@ -499,10 +632,10 @@ cdef class MetaCore:
             owner = _load_tokens(converted[row], &scratch, &data, &n)
             if either:
                 tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, device.data(),
-                           base + row * count, count)
+                           base + row * count, count, optimistic, NULL)
             else:
                 tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, base + row * count,
-                           NULL, count)
+                           NULL, count, optimistic, NULL)
         return out
 
     def items(self, worker=None):

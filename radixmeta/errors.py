@@ -16,6 +16,7 @@ __all__ = [
     "NodeError",
     "StaleNodeError",
     "ForeignNodeError",
+    "StaleHoldError",
     "LockError",
     "CacheFullError",
     "WorkerError",
@@ -56,6 +57,14 @@ class StaleNodeError(NodeError):
 
 class ForeignNodeError(NodeError):
     """The handle belongs to a different tree."""
+
+
+class StaleHoldError(NodeError):
+    """A hold id of :meth:`MetaTree.release <radixmeta.MetaTree.release>` names no live hold.
+
+    It was released already, its worker was removed (which ends its holds), or
+    the id never came from this tree's ``hold``.
+    """
 
 
 class LockError(RadixMetaError, RuntimeError):
