@@ -873,6 +873,39 @@ cdef class CacheCore:
 include "_meta_core.pxi"
 
 
+# -- batch prefixes --------------------------------------------------------------------
+
+cdef extern from "radixmeta/prefix_partners.hpp" namespace "radixmeta" nogil:
+    cdef cppclass PrefixPartners:
+        @staticmethod
+        void compute(const uint32_t* const* keys, const uint64_t* lengths, uint32_t count,
+                     uint32_t page, int64_t* partner, int64_t* shared) except +
+
+
+def prefix_partners(keys, page_size):
+    """Per key of a batch: the first earlier key sharing the most whole pages with it (-1 for
+    none) and how many tokens; two ``int64`` arrays. One trie over the batch, O(total tokens)."""
+    cdef uint32_t page = check_page_size(page_size)
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        raise InputTypeError(f"keys must be a sequence of keys, got {type(keys).__name__}")
+    owned = [_owned_tokens(k) for k in keys]  # every key checked before any is read
+    cdef Py_ssize_t count = len(owned), i
+    cdef vector[const uint32_t*] pointers
+    cdef vector[uint64_t] lengths
+    cdef cnp.ndarray arr
+    pointers.resize(count)
+    lengths.resize(count)
+    for i in range(count):
+        arr = <cnp.ndarray>owned[i]
+        pointers[i] = <const uint32_t*>cnp.PyArray_DATA(arr)
+        lengths[i] = cnp.PyArray_DIM(arr, 0)
+    cdef cnp.ndarray partner = _new_int64(count)
+    cdef cnp.ndarray shared = _new_int64(count)
+    PrefixPartners.compute(pointers.data(), lengths.data(), <uint32_t>count, page,
+                           <int64_t*>cnp.PyArray_DATA(partner), <int64_t*>cnp.PyArray_DATA(shared))
+    return partner, shared
+
+
 # -- wire helpers ----------------------------------------------------------------------
 
 cdef extern from "radixmeta/msgpack_ints.hpp" namespace "radixmeta" nogil:

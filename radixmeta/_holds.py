@@ -15,9 +15,24 @@ from typing import Any
 from radixmeta._keys import check_int
 from radixmeta.errors import InvalidInputError, StaleHoldError, WorkerError
 
-__all__ = ["approximate_hold", "check_hold", "no_cursor", "stale_hold"]
+__all__ = ["approximate_hold", "check_hold", "no_cursor", "prefix_key", "stale_hold"]
 
 HOLD_LIMIT = 2**64
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK = 2**64 - 1
+
+
+def prefix_key(length: int, last_page: Any, tag: int, namespace: Any) -> int:
+    """``MetaMatch.prefix_key``: FNV-1a (64-bit) over the longest matched length, the
+    tokens of its last page, that page's extra tag and the namespace's hash.
+
+    The native core computes the same value in C.
+    """
+    h = _FNV_OFFSET
+    for value in (length, *(int(t) for t in last_page), tag, hash(namespace) & _MASK):
+        h = ((h ^ value) * _FNV_PRIME) & _MASK
+    return h
 
 
 def check_hold(value: Any) -> int:

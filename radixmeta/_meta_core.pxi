@@ -229,6 +229,7 @@ cdef class MetaMatch:
     cdef object _tags
     cdef object _namespace
     cdef uint64_t _serial
+    cdef object _prefix_key
 
     @property
     def lengths(self):
@@ -241,6 +242,12 @@ cdef class MetaMatch:
         if self._host_lengths is None:
             self._host_lengths = self._lengths.copy()
         return self._host_lengths
+
+    @property
+    def prefix_key(self):
+        """A 64-bit key of the longest prefix some live worker matched (None if none did): the
+        same prefix (tokens, tags, namespace) always gives the same key."""
+        return self._prefix_key
 
     @property
     def tree_length(self):
@@ -283,6 +290,27 @@ cdef class MetaMatch:
 
     def __repr__(self):
         return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
+
+
+cdef object _prefix_key_of(const int64_t* lengths, tuple slots, const uint32_t* key,
+                           const uint64_t* tags, uint32_t page, object namespace):
+    """MetaMatch.prefix_key: radixmeta._holds.prefix_key's FNV-1a, in C."""
+    cdef Py_ssize_t i
+    cdef int64_t top = 0
+    for i in range(len(slots)):
+        if lengths[i] > top and slots[i] is not None:
+            top = lengths[i]
+    if top <= 0:
+        return None
+    cdef uint64_t h = 0xCBF29CE484222325u
+    cdef uint64_t prime = 0x100000001B3u
+    cdef size_t first = <size_t>top - page, t
+    h = (h ^ <uint64_t>top) * prime
+    for t in range(first, <size_t>top):
+        h = (h ^ <uint64_t>key[t]) * prime
+    h = (h ^ (0 if tags == NULL else tags[first // page])) * prime
+    h = (h ^ <uint64_t>hash(namespace)) * prime
+    return h
 
 
 cdef class MetaCore:
@@ -507,6 +535,8 @@ cdef class MetaCore:
         result._host_lengths = host
         result._tree_length = found
         result._slots = slots
+        result._prefix_key = _prefix_key_of(<const int64_t*>cnp.PyArray_DATA(lengths), slots, data,
+                                            tags, tree.page_size(), namespace)
         if keep:
             self._path_serial += 1
             result._tree = self
@@ -525,6 +555,25 @@ cdef class MetaCore:
         cdef const uint64_t* tags = _tags_of(m._tags)
         cdef MetaTree* tree = self._tree.get()
         cdef bint along
+        if m._namespace is None and tier is 0 and _is_live(self._table.slots, worker):
+            # The router's hot path: the key is converted already and no Python
+            # code runs from resolving the worker to the change (so, under the
+            # GIL, no lock is needed); an approximate eviction may still free
+            # another namespace's root, which settling recycles.
+            w = worker.index
+            if holding and self._table.capacities[w] is not None:
+                raise _holds.approximate_hold(worker)
+            along = m._serial == self._path_serial
+            if holding:
+                if along:
+                    return tree.hold_along(self._path, 0, data, n, tags, w)
+                return tree.hold(0, data, n, tags, w)
+            try:
+                if along:
+                    return tree.insert_along(self._path, 0, data, n, tags, w, 0)
+                return tree.insert(0, data, n, tags, w, 0, 0)
+            finally:
+                self._settle_namespaces(0)
         with self._lock:
             w = self._index(worker)
             if holding:
@@ -533,6 +582,7 @@ cdef class MetaCore:
             elif tier is not 0:
                 t = _blocks.check_tier(tier)
             ns = self._namespace_id(m._namespace, True)
+            w = self._index(worker)  # a namespace's __hash__ may have run code that removed it
             along = m._serial == self._path_serial
             try:
                 if holding:
@@ -572,6 +622,13 @@ cdef class MetaCore:
 
     def release(self, hold):
         """End a hold; returns the pages its worker no longer holds by any hold."""
+        if type(hold) is int and 0 <= hold < _holds.HOLD_LIMIT:  # no Python code runs
+            if not self._tree.get().has_hold(hold):
+                raise _holds.stale_hold(hold)
+            try:
+                return self._tree.get().release(hold)
+            finally:
+                self._settle_namespaces(0)
         with self._lock:
             h = _holds.check_hold(hold)
             if h >= _holds.HOLD_LIMIT or not self._tree.get().has_hold(h):
@@ -580,6 +637,11 @@ cdef class MetaCore:
                 return self._tree.get().release(h)
             finally:
                 self._settle_namespaces(0)
+
+    @property
+    def has_host_pages(self):
+        """Whether some worker holds some page on the host (else ``host_lengths`` are ``lengths``)."""
+        return self._tree.get().host_marks() != 0
 
     @property
     def hold_count(self):

@@ -133,7 +133,7 @@ class MetaMatch:
         How much of the key is in the tree at all.
     """
 
-    __slots__ = ("_lengths", "_host_lengths", "_tree_length", "_slots", "_cursor")
+    __slots__ = ("_lengths", "_host_lengths", "_tree_length", "_slots", "_cursor", "_prefix_key")
 
     def __init__(
         self,
@@ -142,12 +142,14 @@ class MetaMatch:
         tree_length: int,
         slots: tuple[WorkerId | None, ...],
         cursor: tuple[MetaCore, Tokens, Tags, Hashable] | None = None,
+        prefix_key: int | None = None,
     ) -> None:
         self._lengths = lengths
         self._host_lengths = host_lengths
         self._tree_length = tree_length
         self._slots = slots
         self._cursor = cursor  # (tree, key, tags, namespace) of a cursor match
+        self._prefix_key = prefix_key
 
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
@@ -163,6 +165,17 @@ class MetaMatch:
     def tree_length(self) -> int:
         """How much of the key is in the tree at all (held, or leading to held pages)."""
         return self._tree_length
+
+    @property
+    def prefix_key(self) -> int | None:
+        """A 64-bit key of the longest prefix some live worker matched (None if none did).
+
+        The same prefix (tokens, tags, namespace) always gives the same key:
+        a hash of its length, its last page and that page's tag, and the
+        namespace (see ``radixmeta._holds.prefix_key``), so two prefixes of
+        one length that end in the same page share one.
+        """
+        return self._prefix_key
 
     def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker``, which must have been live when the match was made.
@@ -752,7 +765,13 @@ class MetaCore:
                     if x.depth > lengths[i]:
                         break
                     x.stamps[i] = self._clock
-        return MetaMatch(lengths, host_lengths, pos, slots)
+        best = best_of(slots, lengths)
+        top = 0 if best is None else best[1]
+        key = None
+        if top:
+            tag = 0 if tags is None else tags[top // p - 1]
+            key = _holds.prefix_key(top, toks[top - p : top], tag, namespace)
+        return MetaMatch(lengths, host_lengths, pos, slots, prefix_key=key)
 
     # -- holds: the router's optimistic marks --------------------------------------------------
     @atomic
@@ -888,6 +907,12 @@ class MetaCore:
             walk = walk.parent
         self._free_unused()
         return pages
+
+    @property
+    @atomic
+    def has_host_pages(self) -> bool:
+        """Whether some worker holds a page on the host (else host lengths are the lengths)."""
+        return any(self._host_held)
 
     @property
     @atomic

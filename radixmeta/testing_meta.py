@@ -92,6 +92,8 @@ class BruteForceMetaMatch:
     slots: tuple[WorkerId | None, ...]
     #: (model, key, tags, namespace) of a cursor match, else None.
     cursor: tuple[BruteForceMetaTree, Tokens, tuple[int, ...], Hashable] | None = None
+    #: A key of the longest prefix some live worker matched (see ``MetaMatch.prefix_key``).
+    prefix_key: int | None = None
 
     def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker`` (which must have been live at the match) on ``tier``."""
@@ -419,7 +421,12 @@ class BruteForceMetaTree:
                 if w is not None and self._approximate(i):
                     for page in pages[: int(lengths[i]) // p]:
                         self._pages[i][page] = self._clock
-        return BruteForceMetaMatch(lengths, host_lengths, tree_length, slots)
+        best = best_of(slots, lengths)
+        top = 0 if best is None else best[1]
+        key = None
+        if top:
+            key = _holds.prefix_key(top, toks[top - p : top], tags[top // p - 1], namespace)
+        return BruteForceMetaMatch(lengths, host_lengths, tree_length, slots, prefix_key=key)
 
     def match(
         self,
@@ -509,6 +516,11 @@ class BruteForceMetaTree:
         left = self._hold_pages(index)
         self._settle_namespaces()
         return len(set(pages) - left)
+
+    @property
+    def has_host_pages(self) -> bool:
+        """Whether some worker holds some page on the host."""
+        return any(self._host.values())
 
     @property
     def hold_count(self) -> int:

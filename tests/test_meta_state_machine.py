@@ -101,7 +101,9 @@ def plain(value: Any) -> Any:
     if hasattr(value, "lengths") and hasattr(value, "best"):  # MetaMatch
         lengths, host = value.lengths, value.host_lengths
         found = int(value.tree_length)
-        return ("match", str(lengths.dtype), lengths.tolist(), host.tolist(), found, value.best())
+        key = value.prefix_key
+        best = value.best()
+        return ("match", str(lengths.dtype), lengths.tolist(), host.tolist(), found, best, key)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
     return value
