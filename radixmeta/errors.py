@@ -28,6 +28,12 @@ __all__ = [
     "LogTruncatedError",
     "TransportClosedError",
     "DecodeError",
+    "RouterError",
+    "NoWorkerError",
+    "DuplicateRequestError",
+    "UnknownRequestError",
+    "PolicyError",
+    "RouterClosedError",
 ]
 
 
@@ -132,3 +138,34 @@ class DecodeError(RadixMetaError, ValueError):
     ``batch[1][3]: BlockStored.token_ids must be an array of integers, got str``.
     A batch that raises decodes to nothing: no event of it is returned.
     """
+
+
+class RouterError(RadixMetaError):
+    """Base class of the errors of :class:`~radixmeta.Router` itself.
+
+    A router call that raises changes nothing: no load is counted, no page
+    marked, no request id taken.
+    """
+
+
+class NoWorkerError(RouterError, RuntimeError):
+    """``dispatch`` found no worker to choose: none is registered, or every one is down."""
+
+
+class DuplicateRequestError(RouterError, ValueError):
+    """A request id is already in flight (dispatched and not finished), or repeats in a batch."""
+
+
+class UnknownRequestError(RouterError, LookupError):
+    """A request id names no request in flight: never dispatched, finished, expired, or
+    dropped with its worker."""
+
+
+class PolicyError(RouterError, RuntimeError):
+    """A policy's ``choose`` (or ``choose_batch``) returned something other than a worker
+    of its view, or the wrong number of choices."""
+
+
+class RouterClosedError(RouterError, RuntimeError):
+    """A :class:`~radixmeta.Router` was asked to dispatch or subscribe after ``close()``."""
+
