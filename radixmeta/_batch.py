@@ -53,36 +53,38 @@ def prefix_groups(
         batch order, and the tokens they all share (0 for a group of one).
     """
     count = len(keys)
-    parent = list(range(count))
-    shared_of = [0] * count  # per root: the smallest link of its tree
-    by_namespace: dict[Hashable, list[int]] = {}
-    for i in range(count):
-        if not tagged[i]:
-            by_namespace.setdefault(namespaces[i], []).append(i)
-    for members in by_namespace.values():
+    root = list(range(count))  # each request's group: the index of its first member
+    shared_of = [0] * count  # per first member: the smallest link of its group
+    parts: list[Sequence[int]]
+    if namespaces.count(None) == count and True not in tagged:
+        parts = [range(count)]  # the common batch: one namespace, no tags
+    else:
+        by_namespace: dict[Hashable, list[int]] = {}
+        for i in range(count):
+            if not tagged[i]:
+                by_namespace.setdefault(namespaces[i], []).append(i)
+        parts = list(by_namespace.values())
+    for members in parts:
         if len(members) < 2:
             continue
-        partner, shared = backend.prefix_partners([keys[i] for i in members], page_size)
-        for k, (j, length) in enumerate(zip(partner.tolist(), shared.tolist(), strict=True)):
-            if j < 0:
-                continue
-            a, b = members[k], members[j]
-            shorter = min(len(keys[a]), len(keys[b]))
-            shorter -= shorter % page_size
-            if length < max(page_size, ratio * shorter):
-                continue
-            # b is earlier than a, so its root is final: a joins b's tree.
-            root = _root(parent, b)
-            shared_of[root] = length if shared_of[root] == 0 else min(shared_of[root], length)
-            parent[a] = root
+        sub = keys if len(members) == count else [keys[i] for i in members]
+        partner, shared = backend.prefix_partners(sub, page_size)
+        whole = np.fromiter(map(len, sub), np.int64, len(sub))
+        whole -= whole % page_size
+        shorter = np.minimum(whole, whole[np.maximum(partner, 0)])
+        linked = np.flatnonzero((partner >= 0) & (shared >= np.maximum(page_size, ratio * shorter)))
+        # A partner is earlier than its request, so its group is known by then.
+        for k, j, length in zip(
+            linked.tolist(), partner[linked].tolist(), shared[linked].tolist(), strict=True
+        ):
+            first = root[members[j]]
+            root[members[k]] = first
+            known = shared_of[first]
+            shared_of[first] = length if known == 0 or length < known else known
     groups: dict[int, list[int]] = {}
-    for i in range(count):
-        groups.setdefault(_root(parent, i), []).append(i)
-    return [(members, shared_of[root]) for root, members in groups.items()]
-
-
-def _root(parent: list[int], i: int) -> int:
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]
-        i = parent[i]
-    return i
+    for i, first in enumerate(root):
+        if first == i:
+            groups[i] = [i]
+        else:
+            groups[first].append(i)
+    return [(members, shared_of[first]) for first, members in groups.items()]

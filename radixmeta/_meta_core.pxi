@@ -222,13 +222,13 @@ cdef class MetaMatch:
     cdef object _tree_length
     cdef tuple _slots
     # A cursor (match(..., cursor=True)): the tree, the key and tags as arrays
-    # of their own, the namespace object, and which of the tree's matches this
-    # was (the tree keeps the walk of its latest cursor match only).
+    # of their own, the namespace object, and the walk (which the core checks
+    # and completes before a mark trusts it).
     cdef MetaCore _tree
     cdef object _key
     cdef object _tags
     cdef object _namespace
-    cdef uint64_t _serial
+    cdef MatchPath _path
     cdef object _prefix_key
 
     @property
@@ -276,14 +276,14 @@ cdef class MetaMatch:
 
     def insert(self, worker, *, tier=0):
         """``tree.insert(key, worker, tier=tier, ...)`` of the matched key, continuing from
-        the match's walk while the tree's shape is unchanged since (a cursor match only)."""
+        the match's walk while it still holds (a cursor match only)."""
         if self._tree is None:
             raise _holds.no_cursor()
         return self._tree._mark_from(self, worker, tier, False)
 
     def hold(self, worker):
         """``tree.hold(key, worker, ...)`` of the matched key, continuing from the match's
-        walk while the tree's shape is unchanged since (a cursor match only)."""
+        walk while it still holds (a cursor match only)."""
         if self._tree is None:
             raise _holds.no_cursor()
         return self._tree._mark_from(self, worker, 0, True)
@@ -327,11 +327,6 @@ cdef class MetaCore:
     # tree), so every call converts into buffers of its own and resolves its
     # worker again after converting, right before the tree changes.
     cdef object _lock
-    # The walk of the latest match(..., cursor=True), and its number: a cursor
-    # MetaMatch continues from it only if no other cursor match came since
-    # (the core then also checks that the tree's shape is unchanged).
-    cdef MatchPath _path
-    cdef uint64_t _path_serial
 
     def __cinit__(self, page_size=1):
         cdef uint32_t page = check_page_size(page_size)
@@ -527,10 +522,10 @@ cdef class MetaCore:
         if tree.host_marks():
             host = _new_int64(count)
             host_data = <int64_t*>cnp.PyArray_DATA(host)
+        cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
         cdef uint64_t found = tree.match(
             ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count,
-            optimistic, &self._path if keep else NULL)
-        cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
+            optimistic, &result._path if keep else NULL)
         result._lengths = lengths
         result._host_lengths = host
         result._tree_length = found
@@ -538,12 +533,10 @@ cdef class MetaCore:
         result._prefix_key = _prefix_key_of(<const int64_t*>cnp.PyArray_DATA(lengths), slots, data,
                                             tags, tree.page_size(), namespace)
         if keep:
-            self._path_serial += 1
             result._tree = self
             result._key = owner
             result._tags = tag_owner
             result._namespace = namespace
-            result._serial = self._path_serial
         return result
 
     cdef object _mark_from(self, MetaMatch m, object worker, object tier, bint holding):
@@ -554,7 +547,6 @@ cdef class MetaCore:
         cdef size_t n = cnp.PyArray_DIM(key, 0)
         cdef const uint64_t* tags = _tags_of(m._tags)
         cdef MetaTree* tree = self._tree.get()
-        cdef bint along
         if m._namespace is None and tier is 0 and _is_live(self._table.slots, worker):
             # The router's hot path: the key is converted already and no Python
             # code runs from resolving the worker to the change (so, under the
@@ -563,15 +555,10 @@ cdef class MetaCore:
             w = worker.index
             if holding and self._table.capacities[w] is not None:
                 raise _holds.approximate_hold(worker)
-            along = m._serial == self._path_serial
             if holding:
-                if along:
-                    return tree.hold_along(self._path, 0, data, n, tags, w)
-                return tree.hold(0, data, n, tags, w)
+                return tree.hold_along(&m._path, 0, data, n, tags, w)
             try:
-                if along:
-                    return tree.insert_along(self._path, 0, data, n, tags, w, 0)
-                return tree.insert(0, data, n, tags, w, 0, 0)
+                return tree.insert_along(&m._path, 0, data, n, tags, w, 0)
             finally:
                 self._settle_namespaces(0)
         with self._lock:
@@ -583,15 +570,10 @@ cdef class MetaCore:
                 t = _blocks.check_tier(tier)
             ns = self._namespace_id(m._namespace, True)
             w = self._index(worker)  # a namespace's __hash__ may have run code that removed it
-            along = m._serial == self._path_serial
             try:
                 if holding:
-                    if along:
-                        return tree.hold_along(self._path, ns, data, n, tags, w)
-                    return tree.hold(ns, data, n, tags, w)
-                if along:
-                    return tree.insert_along(self._path, ns, data, n, tags, w, t)
-                return tree.insert(ns, data, n, tags, w, 0, t)
+                    return tree.hold_along(&m._path, ns, data, n, tags, w)
+                return tree.insert_along(&m._path, ns, data, n, tags, w, t)
             finally:
                 self._settle_namespaces(ns)
 

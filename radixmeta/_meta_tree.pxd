@@ -57,9 +57,9 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
                        uint32_t slots, bool overlay, MatchPath* path) except +
         uint64_t hold(uint32_t ns, const uint32_t* key, uint64_t n, const uint64_t* tags,
                       uint32_t w) except +
-        uint64_t hold_along(const MatchPath& path, uint32_t ns, const uint32_t* key, uint64_t n,
+        uint64_t hold_along(MatchPath* path, uint32_t ns, const uint32_t* key, uint64_t n,
                             const uint64_t* tags, uint32_t w) except +
-        uint64_t insert_along(const MatchPath& path, uint32_t ns, const uint32_t* key,
+        uint64_t insert_along(MatchPath* path, uint32_t ns, const uint32_t* key,
                               uint64_t n, const uint64_t* tags, uint32_t w,
                               uint32_t tier) except +
         bool has_hold(uint64_t id)

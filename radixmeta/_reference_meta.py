@@ -218,8 +218,8 @@ class MetaMatch:
     def insert(self, worker: WorkerId, *, tier: int = 0) -> int:
         """``tree.insert`` of the matched key for ``worker`` on ``tier`` (a cursor match only).
 
-        The native core continues from the match's walk while the tree's shape
-        is unchanged; the result is the same as a fresh ``insert`` either way.
+        The native core continues from the match's walk while it still holds
+        (see the MetaTree page); the result is that of a fresh ``insert`` either way.
 
         Raises
         ------

@@ -351,8 +351,8 @@ class Router:
         self._decode: list[int] = []
         self._flights: dict[str, Decision] = {}
         self._decisions: dict[str, int] = {}
-        self._id_prefix = f"req-{secrets.token_hex(4)}-"
-        self._ids = itertools.count()
+        # Generated ids: a prefix of this router's own, then a counter (a C iterator).
+        self._ids = map(f"req-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
         self._outputs = [0, 0]  # finishes that reported output tokens, and their sum
         self._refresh()
 
@@ -594,7 +594,7 @@ class Router:
                 raise RouterClosedError(msg)
             flights = self._flights
             if request_id is None:
-                rid = f"{self._id_prefix}{next(self._ids)}"
+                rid = next(self._ids)
                 if rid in flights:  # a caller's id that looks like ours
                     rid = self._new_id()
             elif request_id in flights:
@@ -641,26 +641,20 @@ class Router:
             decision = Decision(
                 rid, worker, matched, label, detail, up, lengths, request, hold, self.clock()
             )
-            # The accounting of _count, inline.
+            # _count, inline. The counters of metrics() take the request when it ends
+            # (finish, expire, removal); until then metrics() reads it from flights.
             requests[i] += 1
             prefill[i] += decision._uncached
             flights[rid] = decision
-            state = self._workers[i]
-            assert state is not None
-            state.dispatches += 1
-            state.hit_tokens += matched
-            state.prompt_tokens += len(key)
-            decisions = self._decisions
-            decisions[label] = decisions.get(label, 0) + 1
             if self._on_dispatch is not None:
                 self._on_dispatch(request, worker, matched)
             return decision
 
     def _new_id(self, taken: set[str] | None = None) -> str:
-        rid = f"{self._id_prefix}{next(self._ids)}"
+        rid = next(self._ids)
         # A caller's id may look like ours (in flight, or given in the same batch).
         while rid in self._flights or (taken is not None and rid in taken):
-            rid = f"{self._id_prefix}{next(self._ids)}"
+            rid = next(self._ids)
         return rid
 
     def _no_worker(self) -> str:
@@ -697,8 +691,9 @@ class Router:
         self._requests[i] += 1
         self._prefill[i] += decision._uncached
         self._flights[decision.request_id] = decision
-        state = self._workers[i]
-        assert state is not None
+
+    def _tally(self, decision: Decision, state: _Worker) -> None:
+        """Add a request that ended to the counters (``metrics`` adds those in flight)."""
         state.dispatches += 1
         state.hit_tokens += decision.matched
         state.prompt_tokens += len(decision._request.tokens)
@@ -749,8 +744,13 @@ class Router:
             up = self._up
             if not up:
                 raise NoWorkerError(self._no_worker())
+            tree = self.tree
+            # Cursor matches: the first mark after them is along their walk, the later ones
+            # (the tree has changed) walk again, still without the binding's lock.
             matches = [
-                self.tree.match(key, extras=extras, namespace=ns)
+                tree.match(key, cursor=True)
+                if extras is None and ns is None
+                else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
             requests_ = [
@@ -773,19 +773,16 @@ class Router:
             else:
                 choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
             decisions = []
-            for request, _m, lengths, (worker, label, detail, view) in zip(
+            exact, clock, hook = self._exact, self.clock, self._on_dispatch
+            for request, m, lengths, (worker, label, detail, view) in zip(
                 requests_, matches, every, choices, strict=True
             ):
                 i = worker.index
-                if self._exact:
-                    hold: int | None = self.tree.hold(
-                        request.tokens, worker, extras=request.extras, namespace=request.namespace
-                    )
+                hold: int | None = None
+                if exact:
+                    hold = m.hold(worker)
                 else:
-                    hold = None
-                    self.tree.insert(
-                        request.tokens, worker, extras=request.extras, namespace=request.namespace
-                    )
+                    m.insert(worker)
                 decision = Decision(
                     request.request_id,
                     worker,
@@ -796,11 +793,11 @@ class Router:
                     view.lengths,
                     request,
                     hold,
-                    self.clock(),
+                    clock(),
                 )
                 self._count(decision)
-                if self._on_dispatch is not None:
-                    self._on_dispatch(request, worker, lengths[i])
+                if hook is not None:
+                    hook(request, worker, lengths[i])
                 decisions.append(decision)
             return decisions
 
@@ -808,6 +805,8 @@ class Router:
         self, k: int, item: object
     ) -> tuple[Tokens, str | None, Hashable, object, Hashable, int | None]:
         """One batch item, checked: (tokens, id, namespace, extras, group, expected output)."""
+        if type(item) is np.ndarray:  # the common case, before the slower Mapping check
+            return as_tokens(item), None, None, None, None, None
         if isinstance(item, Mapping):
             unknown = set(item) - {
                 "tokens",
@@ -903,12 +902,14 @@ class Router:
         groups: list[tuple[list[int], int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
         out: list[Any] = [None] * len(requests)
+        loads, prefill, slack = self._requests, self._prefill, self.group_slack
         # The batch's decisions count in the loads of the decisions after them;
         # they are taken back out before the real accounting in dispatch_batch.
         counted: list[tuple[int, int]] = []
+        low = self._least_loaded()
         try:
             for members, _ in groups:
-                rest = list(members)
+                rest = members
                 positions: list[int] | None = None
                 while rest:
                     first = rest[0]
@@ -922,24 +923,25 @@ class Router:
                     taken = 0
                     for k in rest:
                         # The first always goes; the others while load allows.
-                        if taken and self._requests[i] > self._least_loaded() + self.group_slack:
+                        if taken and loads[i] > low + slack:
                             break
                         out[k] = (worker, label, detail, view)
                         uncached = len(requests[k].tokens) - every[k][i]
-                        self._requests[i] += 1
-                        self._prefill[i] += uncached
+                        loads[i] += 1
+                        prefill[i] += uncached
                         counted.append((i, uncached))
                         taken += 1
+                        if loads[i] == low + 1:  # it was the least loaded: the floor may rise
+                            low = self._least_loaded()
                     rest = rest[taken:]
                     if rest:  # spill: only the workers load still allows
-                        floor = self._least_loaded() + self.group_slack
                         positions = [
-                            p for p, j in enumerate(self._up_index) if self._requests[j] <= floor
+                            p for p, j in enumerate(self._up_index) if loads[j] <= low + slack
                         ]
         finally:
             for i, uncached in counted:
-                self._requests[i] -= 1
-                self._prefill[i] -= uncached
+                loads[i] -= 1
+                prefill[i] -= uncached
         return out
 
     def _least_loaded(self) -> int:
@@ -1040,6 +1042,9 @@ class Router:
     def _release(self, flight: Decision, *, hold: bool = True) -> None:
         """Take a request's load (and, unless told not to, its hold) back out."""
         i = flight.worker.index
+        state = self._workers[i]
+        assert state is not None
+        self._tally(flight, state)
         self._requests[i] -= 1
         if flight._decode >= 0:
             self._decode[i] -= flight._decode
@@ -1164,20 +1169,30 @@ class Router:
             records, and per worker ``lag``); ``tree`` (``nodes``, ``holds``).
         """
         with self._lock:
+            # Requests in flight are counted here, the ended ones as they ended.
+            decisions = dict(self._decisions)
+            flying: dict[int, list[int]] = {}
+            for d in self._flights.values():
+                counts = flying.setdefault(d.worker.index, [0, 0, 0])
+                counts[0] += 1
+                counts[1] += d.matched
+                counts[2] += len(d._request.tokens)
+                decisions[d.label] = decisions.get(d.label, 0) + 1
             workers = []
             for state in self._workers:
                 if state is None:
                     continue
                 w, i = state.worker, state.worker.index
                 reported = state.reported or EngineLoad()
+                dispatched, hits, prompts = flying.get(i, (0, 0, 0))
                 workers.append(
                     {
                         "worker": w.name,
                         "dp_rank": w.dp_rank,
                         "up": state.up,
-                        "dispatches": state.dispatches,
-                        "hit_tokens": state.hit_tokens,
-                        "prompt_tokens": state.prompt_tokens,
+                        "dispatches": state.dispatches + dispatched,
+                        "hit_tokens": state.hit_tokens + hits,
+                        "prompt_tokens": state.prompt_tokens + prompts,
                         "finished": state.finished,
                         "expired": state.expired,
                         "output_tokens": state.output_tokens,
@@ -1192,7 +1207,6 @@ class Router:
                         "running": reported.running,
                     }
                 )
-            decisions = dict(self._decisions)
             in_flight = len(self._flights)
         lag = [asdict(entry) for entry in self.replayer.lag()]
         return {

@@ -18,9 +18,10 @@ emptied (their roots freed) and created again, and a hash stored in one namespac
 as a parent in another.
 
 Holds (the router's optimistic marks) come and go between the other calls: made plainly
-or from a cursor match (sometimes after another call that changes the tree's shape, so the
-native core's kept walk is stale), released, and ended with their worker; a cursor match
-also inserts. Matches count holds or not.
+or from a cursor match (sometimes after other calls that change the tree, so the native
+core's kept walk must be extended, or is cut, or can no longer be trusted; sometimes twice
+from one match), released, and ended with their worker; a cursor match also inserts.
+Matches count holds or not.
 
 Two machines: a handful of workers, and one that starts with 66 to 70 workers and sends
 most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
@@ -384,6 +385,7 @@ class MetaMachine(RuleBasedStateMachine):
         tier=TIER,
         between=st.sampled_from([None, None, "insert", "hold", "match", "remove"]),
         other=KEYS,
+        twice=st.booleans(),
     )
     def cursor_mark(
         self,
@@ -395,6 +397,7 @@ class MetaMachine(RuleBasedStateMachine):
         tier: int,
         between: Any,
         other: Any,
+        twice: bool,
     ) -> None:
         """A cursor match, maybe another call, then a mark from the match (``none``: from a
         match that kept no cursor, which is refused)."""
@@ -418,11 +421,12 @@ class MetaMachine(RuleBasedStateMachine):
             self.call(lambda t: t.match(rest, cursor=True))  # the tree's kept walk is another's
         elif between == "remove":
             self.call(lambda t: t.remove(rest, v))
-        mark = iter(matches)
-        if kind == "insert" or (kind == "none" and tier == 1):
-            self.call(lambda t: next(mark).insert(w, tier=tier))
-        else:
-            self.record_hold(self.call(lambda t: next(mark).hold(w)))
+        for _ in range(2 if twice else 1):
+            mark = iter(matches)
+            if kind == "insert" or (kind == "none" and tier == 1):
+                self.call(lambda t, mark=mark: next(mark).insert(w, tier=tier))
+            else:
+                self.record_hold(self.call(lambda t, mark=mark: next(mark).hold(w)))
 
     # -- rules: block events -------------------------------------------------------------------
     @rule(

@@ -390,6 +390,28 @@ static void test_holds() {
   t.check_invariants();
 }
 
+// A walk kept across a free: the freed node's id comes back elsewhere with the
+// same length, and a mark along the old walk must not trust it.
+static void test_a_kept_walk_does_not_trust_a_reused_id() {
+  MetaTree t(1);
+  t.add_worker(0, kNoCapacity);
+  const std::vector<Token> a{1, 2, 3}, q{1, 2, 3, 4}, b{7, 8, 9};
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0);
+  int64_t len = 0;
+  radixmeta::MatchPath path;
+  t.match(0, q.data(), q.size(), nullptr, false, &len, nullptr, 1, true, &path);
+  CHECK(len == 3 && path.nodes.size() == 1);
+  t.remove(0, a.data(), a.size(), nullptr, 0, 0, 0);  // frees the node
+  t.insert(0, b.data(), b.size(), nullptr, 0, 0, 0);  // which comes back as [7 8 9]
+  CHECK(t.node(path.nodes[0]).length == 3);
+  t.hold_along(&path, 0, q.data(), q.size(), nullptr, 0);
+  t.match(0, q.data(), q.size(), nullptr, false, &len, nullptr, 1);
+  CHECK(len == 4);
+  t.match(0, b.data(), b.size(), nullptr, false, &len, nullptr, 1, false);
+  CHECK(len == 3 && t.hold_tokens(0) == 4);
+  t.check_invariants();
+}
+
 // Everything observable of a tree: per node its path, holders on each tier
 // and hold counts (per worker below `workers`).
 static std::vector<std::vector<uint64_t>> structure(const MetaTree& t, uint32_t workers) {
@@ -446,23 +468,34 @@ static void test_along_equals_walking(uint32_t page, uint32_t seed) {
     const uint32_t op = rng() % 6;
     if (op <= 2) {  // a match that leaves its path, maybe something else, then a mark
       along.match(ns, key.data(), key.size(), tp, false, b.data(), nullptr, workers, true, &path);
-      if (rng() % 4 == 0) {  // something in between: the path may go stale
+      if (rng() % 3 == 0) {  // something in between: the path may grow, be cut or go stale
         const auto& other = pool[rng() % pool.size()];
         const uint32_t v = rng() % 2;
-        CHECK(walking.insert(0, other.data(), other.size(), nullptr, v, 0, 0) ==
-              along.insert(0, other.data(), other.size(), nullptr, v, 0, 0));
-        model.mark(v, 0, other, {}, 0, true);
+        const size_t cut = page * (rng() % (other.size() / page + 1));
+        if (rng() % 3 != 0) {
+          CHECK(walking.insert(0, other.data(), cut, nullptr, v, 0, 0) ==
+                along.insert(0, other.data(), cut, nullptr, v, 0, 0));
+          model.mark(v, 0, std::vector<Token>(other.begin(), other.begin() + cut), {}, 0, true);
+        } else {  // may free nodes (and a freed id may come back elsewhere)
+          CHECK(walking.remove(0, other.data(), other.size(), nullptr, v, cut, 0) ==
+                along.remove(0, other.data(), other.size(), nullptr, v, cut, 0));
+          model.mark(v, 0, other, {}, cut, false);
+          const std::vector<Token> fresh{9, 9, 9, 9, 9, 9, 9, 9};
+          CHECK(walking.insert(0, fresh.data(), fresh.size(), nullptr, v, 0, 0) ==
+                along.insert(0, fresh.data(), fresh.size(), nullptr, v, 0, 0));
+          model.mark(v, 0, fresh, {}, 0, true);
+        }
       }
       if (op == 2 && w < 2) {
         const uint64_t id = walking.hold(ns, key.data(), key.size(), tp, w);
-        CHECK(along.hold_along(path, ns, key.data(), key.size(), tp, w) == id);
+        CHECK(along.hold_along(&path, ns, key.data(), key.size(), tp, w) == id);
         std::vector<Page> pages;
         for (size_t end = page; end <= whole; end += page) pages.push_back(page_of(ns, key, tags, end, page));
         holds[id] = {w, pages};
       } else {
         const uint32_t tier = rng() % 5 == 0 ? 1 : 0;
         CHECK(walking.insert(ns, key.data(), key.size(), tp, w, 0, tier) ==
-              along.insert_along(path, ns, key.data(), key.size(), tp, w, tier));
+              along.insert_along(&path, ns, key.data(), key.size(), tp, w, tier));
         if (w < 2) model.mark(w, ns, key, tags, 0, true, tier);
       }
     } else if (op == 3 && !holds.empty()) {
@@ -523,6 +556,7 @@ int main() {
   test_random_against_model(1, 3, 1);
   test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word
   test_holds();
+  test_a_kept_walk_does_not_trust_a_reused_id();
   test_along_equals_walking(1, 3);
   test_along_equals_walking(4, 4);
   if (failures != 0) {

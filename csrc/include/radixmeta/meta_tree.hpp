@@ -54,8 +54,11 @@
 //    as long as the hold lives (a cut makes a new upper node), so release
 //    walks parent links from there: no per-hold list of nodes.
 //  * A match may leave its walk in a MatchPath; insert_along and hold_along
-//    continue from it while the tree's shape (its nodes and their links) has
-//    not changed since, instead of walking the key again from the root.
+//    continue from it instead of walking the key again from the root. The
+//    walk stays true while no node was freed since and every node on it keeps
+//    its length (a cut shortens the lower part, which keeps the id); nodes
+//    added since can only extend it, so the mark resumes the walk where it
+//    ended. Checking that costs a read per node on the path, no label compare.
 #pragma once
 
 #include <algorithm>
@@ -102,15 +105,16 @@ struct alignas(64) MetaNode {
   bool overlaid = false;  // some hold covers this node (its counts are in the side table)
 };
 
-// Where a match walked: the nodes it entered, in order, and how far into the
-// last one it got when the key ended or left the tree inside it. Valid while
-// the tree's shape counter is still `shape`.
+// Where a match walked: the nodes it entered, in order, with their lengths
+// then, and how far into the last one it got when the key ended or left the
+// tree inside it. See MetaTree::refresh for when it still holds.
 struct MatchPath {
-  uint64_t shape = UINT64_MAX;  // never a live shape: an unset path is stale
+  uint64_t frees = UINT64_MAX;  // the tree's count of freed nodes then (never a live count: unset)
   uint32_t ns = 0;
   uint64_t n = 0;        // the key's whole-page tokens
   uint64_t partial = 0;  // tokens matched inside the last node, when the walk ended inside it
   std::vector<uint32_t> nodes;
+  std::vector<uint32_t> lengths;
 };
 
 // Outcome of validating a stored event against the tree (nothing changed yet).
@@ -389,12 +393,14 @@ class MetaTree {
       }
     }
     if (path != nullptr) {
-      // Before touch_counted, whose cut (if any) makes the path stale, as it should.
-      path->shape = shape_;
+      // Before touch_counted, whose cut (if any) shortens a node of it, as refresh sees.
+      path->frees = frees_;
       path->ns = ns;
       path->n = n;
       path->partial = partial;
       path->nodes.assign(path_.begin(), path_.end());
+      path->lengths.resize(path_.size());
+      for (size_t i = 0; i < path_.size(); ++i) path->lengths[i] = nodes_[path_[i]].length;
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
@@ -413,25 +419,29 @@ class MetaTree {
   // reading any holder.
   void walk(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, MatchPath* path) {
     n -= n % page_size_;
-    path->shape = shape_;
+    path->frees = frees_;
     path->ns = ns;
     path->n = n;
     path->partial = 0;
     path->nodes.clear();
-    uint32_t node = root_of(ns);
-    uint64_t pos = 0;
-    while (node != kNoNode && pos < n) {
-      const uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
-      if (c == kNoNode) break;
-      const uint64_t m = common(c, key, pos, n, tags);
-      path->nodes.push_back(c);
-      if (m < nodes_[c].length) {
-        path->partial = m;
-        break;
-      }
-      pos += m;
-      node = c;
-    }
+    path->lengths.clear();
+    walk_on(path, root_of(ns), 0, key, tags);
+  }
+
+  // Makes `path` (a walk of key[0, n) in namespace ns, tags as for insert)
+  // describe the tree as it is now, if it still can: no node freed since, and
+  // every node on it as long as it was (a node cut since is shorter, and a
+  // freed id may have been reused elsewhere). Nodes added since can only
+  // extend a walk that ended at a node's end, so it walks on from there.
+  // Returns false when the path cannot be trusted (then walk from the root).
+  bool refresh(MatchPath* path, uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags) {
+    if (path->frees != frees_ || path->ns != ns || path->n != n) return false;
+    for (size_t i = 0; i < path->nodes.size(); ++i)
+      if (nodes_[path->nodes[i]].length != path->lengths[i]) return false;
+    if (path->partial != 0) return true;  // it ended inside its last node, which is unchanged
+    const uint32_t from = path->nodes.empty() ? root_of(ns) : path->nodes.back();
+    walk_on(path, from, path->nodes.empty() ? 0 : nodes_[from].depth, key, tags);
+    return true;
   }
 
   // Holds every page of key[0, n) in namespace ns (tags as for insert) for
@@ -443,24 +453,25 @@ class MetaTree {
   }
 
   // hold(), continuing from the walk in `path` (of this key, namespace and
-  // tags) when the tree's shape has not changed since; else walking again.
-  uint64_t hold_along(const MatchPath& path, uint32_t ns, const Token* key, uint64_t n,
+  // tags; refreshed first, see refresh) instead of walking from the root.
+  uint64_t hold_along(MatchPath* path, uint32_t ns, const Token* key, uint64_t n,
                       const uint64_t* tags, uint32_t w) {
     n -= n % page_size_;
-    if (!current(path, ns, n)) return hold(ns, key, n, tags, w);
-    return hold_path(path, key, tags, w);
+    if (!refresh(path, ns, key, n, tags)) return hold(ns, key, n, tags, w);
+    return hold_path(*path, key, tags, w);
   }
 
   // insert(ns, key, n, tags, w, 0, tier), continuing from the walk in `path`
-  // (of this key, namespace and tags) when the tree's shape has not changed
-  // since: O(nodes on the path + new pages), with no child lookup or label
+  // (of this key, namespace and tags; refreshed first, see refresh):
+  // O(nodes on the path + new pages), with no child lookup or label
   // comparison for the part the match already walked.
-  uint64_t insert_along(const MatchPath& path, uint32_t ns, const Token* key, uint64_t n,
+  uint64_t insert_along(MatchPath* path_in, uint32_t ns, const Token* key, uint64_t n,
                         const uint64_t* tags, uint32_t w, uint32_t tier) {
     detail::check_key_length(n);
     n -= n % page_size_;
-    if (n == 0 || !current(path, ns, n) || root_of(ns) == kNoNode)
+    if (n == 0 || root_of(ns) == kNoNode || !refresh(path_in, ns, key, n, tags))
       return insert(ns, key, n, tags, w, 0, tier);
+    const MatchPath& path = *path_in;
     ++clock_;
     const bool approximate = workers_[w].approximate() && tier == 0;
     uint64_t newly = 0;
@@ -975,7 +986,6 @@ class MetaTree {
     r.length = r.depth = 0;
     r.overlaid = false;
     roots_.emplace(ns, RootEntry{x, ++root_serial_});
-    ++shape_;
     return x;
   }
 
@@ -1378,7 +1388,6 @@ class MetaTree {
     un.overlaid = false;
     detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
-    ++shape_;
     if (cn.overlaid) {  // both parts are covered by the same holds
       const uint32_t slot = new_overlay(u);
       overlays_[slot] = overlays_[*overlay_of_.find(c)];
@@ -1436,7 +1445,6 @@ class MetaTree {
     xn.overlaid = false;
     nodes_[parent].children.add(child_key(key, tag), x);
     ++node_count_;
-    ++shape_;
     return x;
   }
 
@@ -1458,7 +1466,7 @@ class MetaTree {
       n.shared = false;
       nodes_.release(x);
       --node_count_;
-      ++shape_;
+      ++frees_;
       x = p;
     }
     MetaNode& r = nodes_[x];
@@ -1468,14 +1476,29 @@ class MetaTree {
       r.alive = false;
       r.children.clear();
       nodes_.release(x);
-      ++shape_;
+      ++frees_;
     }
   }
 
-  // Whether `path` (a walk of a key of n whole-page tokens in namespace ns)
-  // still describes the tree.
-  bool current(const MatchPath& path, uint32_t ns, uint64_t n) const {
-    return path.shape == shape_ && path.ns == ns && path.n == n;
+  // Walks key[pos, path->n) down from node (kNoNode: nowhere), appending the
+  // nodes entered to *path and setting its partial.
+  void walk_on(MatchPath* path, uint32_t node, uint64_t pos, const Token* key,
+               const uint64_t* tags) {
+    const uint64_t n = path->n;
+    path->partial = 0;
+    while (node != kNoNode && pos < n) {
+      const uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
+      if (c == kNoNode) break;
+      const uint64_t m = common(c, key, pos, n, tags);
+      path->nodes.push_back(c);
+      path->lengths.push_back(nodes_[c].length);
+      if (m < nodes_[c].length) {
+        path->partial = m;
+        break;
+      }
+      pos += m;
+      node = c;
+    }
   }
 
   // hold() on a walk that describes the tree: cuts the node the key ends or
@@ -1613,7 +1636,7 @@ class MetaTree {
   uint64_t overlaid_nodes_ = 0;
   FlatMap<uint64_t, Hold> holds_;
   uint64_t next_hold_ = 0;  // ids are never reused, so a released one stays stale
-  uint64_t shape_ = 0;  // counts changes of nodes and links (cuts, new and freed nodes)
+  uint64_t frees_ = 0;  // nodes (and roots) freed so far: a MatchPath taken before may name reused ids
   std::vector<uint8_t> repeat_;
   std::vector<uint32_t> landing_;  // check_stored -> apply_stored: blocks' existing nodes
   std::vector<std::pair<uint64_t, uint32_t>> order_;
