@@ -54,37 +54,28 @@ def prefix_groups(
     """
     count = len(keys)
     root = list(range(count))  # each request's group: the index of its first member
-    shared_of = [0] * count  # per first member: the smallest link of its group
-    parts: list[Sequence[int]]
+    shared_of = [0] * count  # per first member: the tokens its group shares
     if namespaces.count(None) == count and True not in tagged:
-        parts = [range(count)]  # the common batch: one namespace, no tags
+        if count < 2:
+            return [([i], 0) for i in range(count)]
+        first, shared = backend.prefix_groups(keys, page_size, ratio)  # the common batch
+        root, shared_of = first.tolist(), shared.tolist()
     else:
         by_namespace: dict[Hashable, list[int]] = {}
         for i in range(count):
             if not tagged[i]:
                 by_namespace.setdefault(namespaces[i], []).append(i)
-        parts = list(by_namespace.values())
-    for members in parts:
-        if len(members) < 2:
-            continue
-        sub = keys if len(members) == count else [keys[i] for i in members]
-        partner, shared = backend.prefix_partners(sub, page_size)
-        whole = np.fromiter(map(len, sub), np.int64, len(sub))
-        whole -= whole % page_size
-        shorter = np.minimum(whole, whole[np.maximum(partner, 0)])
-        linked = np.flatnonzero((partner >= 0) & (shared >= np.maximum(page_size, ratio * shorter)))
-        # A partner is earlier than its request, so its group is known by then.
-        for k, j, length in zip(
-            linked.tolist(), partner[linked].tolist(), shared[linked].tolist(), strict=True
-        ):
-            first = root[members[j]]
-            root[members[k]] = first
-            known = shared_of[first]
-            shared_of[first] = length if known == 0 or length < known else known
+        for members in by_namespace.values():
+            if len(members) < 2:
+                continue
+            first, shared = backend.prefix_groups([keys[i] for i in members], page_size, ratio)
+            for k, (f, length) in enumerate(zip(first.tolist(), shared.tolist(), strict=True)):
+                root[members[k]] = members[f]
+                shared_of[members[k]] = length
     groups: dict[int, list[int]] = {}
-    for i, first in enumerate(root):
-        if first == i:
+    for i, f in enumerate(root):
+        if f == i:
             groups[i] = [i]
         else:
-            groups[first].append(i)
-    return [(members, shared_of[first]) for first, members in groups.items()]
+            groups[f].append(i)
+    return [(members, shared_of[f]) for f, members in groups.items()]

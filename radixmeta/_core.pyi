@@ -237,3 +237,6 @@ def msgpack_tokens(raw: bytes | bytearray | memoryview) -> npt.NDArray[np.uint32
 def prefix_partners(
     keys: object, page_size: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+def prefix_groups(
+    keys: object, page_size: int, ratio: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...

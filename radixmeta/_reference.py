@@ -741,3 +741,33 @@ def prefix_partners(
                 shared[i], partner[i] = m, j
     return partner, shared
 
+
+def prefix_groups(
+    keys: Any, page_size: Any, ratio: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The batch's shared-prefix groups, from the links of :func:`prefix_partners`.
+
+    Key ``i`` joins its partner's group when they share at least one page and
+    at least ``ratio`` of the shorter key's whole pages; a partner comes
+    before its key, so one pass settles every group.
+
+    Returns
+    -------
+    tuple of two numpy.ndarray
+        ``(first, shared)``, ``int64``: per key the first key of its group; per
+        first key the tokens every key of its group shares (the smallest link),
+        0 for a key alone.
+    """
+    page = check_page_size(page_size)
+    partner, common = prefix_partners(keys, page)
+    lengths = [len(_keys.tokens(k)) // page * page for k in keys]
+    first = np.arange(len(lengths), dtype=np.int64)
+    shared = np.zeros(len(lengths), dtype=np.int64)
+    for i, (j, length) in enumerate(zip(partner.tolist(), common.tolist(), strict=True)):
+        if j < 0 or length < page or length < ratio * min(lengths[i], lengths[j]):
+            continue
+        f = int(first[j])
+        first[i] = f
+        shared[f] = length if shared[f] == 0 else min(int(shared[f]), length)
+    return first, shared
+

@@ -753,12 +753,14 @@ class Router:
                 else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
-            requests_ = [
-                Request(
-                    self._new_id(ids) if rid is None else rid, key, ns, extras, group, expected
-                )
-                for (key, rid, ns, extras, group, expected) in items
-            ]
+            requests_ = []
+            flights, generated = self._flights, self._ids
+            for key, rid, ns, extras, group, expected in items:
+                if rid is None:
+                    rid = next(generated)
+                    if rid in flights or rid in ids:  # a caller's id that looks like ours
+                        rid = self._new_id(ids)
+                requests_.append(Request(rid, key, ns, extras, group, expected))
             every = [m.lengths.tolist() for m in matches]
             host_pages = self.tree.has_host_pages
             groups = prefix_groups(
@@ -770,8 +772,12 @@ class Router:
             )
             if self._choose_batch is not None:
                 choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-            else:
+                for request, lengths, (worker, *_) in zip(requests_, every, choices, strict=True):
+                    self._requests[worker.index] += 1
+                    self._prefill[worker.index] += len(request.tokens) - lengths[worker.index]
+            else:  # these count the loads as they decide (later decisions see them)
                 choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
+            # Nothing below raises: the decisions are applied whole.
             decisions = []
             exact, clock, hook = self._exact, self.clock, self._on_dispatch
             for request, m, lengths, (worker, label, detail, view) in zip(
@@ -795,7 +801,7 @@ class Router:
                     hold,
                     clock(),
                 )
-                self._count(decision)
+                flights[request.request_id] = decision
                 if hook is not None:
                     hook(request, worker, lengths[i])
                 decisions.append(decision)
@@ -902,11 +908,12 @@ class Router:
         groups: list[tuple[list[int], int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
         out: list[Any] = [None] * len(requests)
-        loads, prefill, slack = self._requests, self._prefill, self.group_slack
-        # The batch's decisions count in the loads of the decisions after them;
-        # they are taken back out before the real accounting in dispatch_batch.
-        counted: list[tuple[int, int]] = []
-        low = self._least_loaded()
+        loads, prefill, up_index = self._requests, self._prefill, self._up_index
+        slack = self.group_slack
+        # The batch's decisions count in the loads of the decisions after them
+        # (and stay counted); if a policy raises they are taken back out.
+        counted: list[tuple[int, int, int]] = []
+        done = False
         try:
             for members, _ in groups:
                 rest = members
@@ -920,32 +927,33 @@ class Router:
                         self.policy.choose(requests[first], view), view.workers, positions is None
                     )
                     i = worker.index
-                    taken = 0
-                    for k in rest:
-                        # The first always goes; the others while load allows.
-                        if taken and loads[i] > low + slack:
-                            break
-                        out[k] = (worker, label, detail, view)
-                        uncached = len(requests[k].tokens) - every[k][i]
-                        loads[i] += 1
-                        prefill[i] += uncached
-                        counted.append((i, uncached))
-                        taken += 1
-                        if loads[i] == low + 1:  # it was the least loaded: the floor may rise
-                            low = self._least_loaded()
-                    rest = rest[taken:]
+                    # The first member always goes; the next ones while the worker's load,
+                    # before each, is at most the least loaded worker's plus the slack. Only
+                    # this worker's load moves, so that is a count: up to the other workers'
+                    # floor plus the slack.
+                    start = loads[i]
+                    others = [loads[j] for j in up_index if j != i]
+                    room = max(1, min(others) + slack - start + 1) if others else len(rest)
+                    run = rest[:room]
+                    choice = (worker, label, detail, view)
+                    uncached = 0
+                    for k in run:
+                        out[k] = choice
+                        uncached += len(requests[k].tokens) - every[k][i]
+                    loads[i] = start + len(run)
+                    prefill[i] += uncached
+                    counted.append((i, len(run), uncached))
+                    rest = rest[len(run) :]
                     if rest:  # spill: only the workers load still allows
-                        positions = [
-                            p for p, j in enumerate(self._up_index) if loads[j] <= low + slack
-                        ]
+                        floor = min(loads[j] for j in up_index) + slack
+                        positions = [p for p, j in enumerate(up_index) if loads[j] <= floor]
+            done = True
         finally:
-            for i, uncached in counted:
-                loads[i] -= 1
-                prefill[i] -= uncached
+            if not done:
+                for i, taken, uncached in counted:
+                    loads[i] -= taken
+                    prefill[i] -= uncached
         return out
-
-    def _least_loaded(self) -> int:
-        return min(self._requests[i] for i in self._up_index)
 
     # -- request life --------------------------------------------------------------------
     def prefill_done(self, request_id: str) -> None:

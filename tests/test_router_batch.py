@@ -62,6 +62,23 @@ def test_prefix_partners_follow_their_definition(core: Any, batch: Any) -> None:
     assert lists[0].tolist() == partner.tolist()
 
 
+@pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+def test_prefix_groups_link_requests_to_their_partners(core: Any, batch: Any, ratio: float) -> None:
+    keys, page = batch
+    partner, shared = definition(keys, page)
+    first, group_shared = core.prefix_groups(keys, page, ratio)
+    want_first, want_shared = list(range(len(keys))), [0] * len(keys)
+    for i, (j, length) in enumerate(zip(partner, shared, strict=True)):
+        shorter = min(len(keys[i]) // page, len(keys[j]) // page) * page if j >= 0 else 0
+        if j < 0 or length < page or length < ratio * shorter:
+            continue
+        f = want_first[j]
+        want_first[i] = f
+        want_shared[f] = length if want_shared[f] == 0 else min(want_shared[f], length)
+    assert (first.tolist(), group_shared.tolist()) == (want_first, want_shared)
+
+
 def test_prefix_partners_refuse_bad_input() -> None:
     for core in CORES:
         with pytest.raises(TypeError):
@@ -169,3 +186,29 @@ def test_approximate_batches_insert() -> None:
     held = sum(router.tree.held_tokens(w) for w in workers)
     assert 0 < held <= 128 and router.tree.hold_count == 0
     router.tree.check()
+
+
+class Fails:
+    """Chooses the first worker for the first group, then raises."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose(self, request: Any, view: Any) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            msg = "policy failure"
+            raise RuntimeError(msg)
+        return view.workers[0]
+
+
+def test_a_batch_whose_policy_fails_changes_nothing() -> None:
+    policy = Fails()
+    router = Router(4, policy=policy)
+    workers = [router.add_worker(f"w{i}") for i in range(2)]
+    with pytest.raises(RuntimeError, match="policy failure"):
+        router.dispatch_batch([prompt(0, k) for k in range(3)] + [prompt(1, 0)])
+    assert policy.calls == 2 and router.in_flight == 0 and router.tree.hold_count == 0
+    for w in workers:
+        assert router.load(w).requests == 0 and router.load(w).prefill_tokens == 0
+

@@ -4,6 +4,7 @@
 
 #include "check.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -59,6 +60,24 @@ static void test_random_batches(uint32_t page, uint32_t seed) {
     brute_force(keys, page, &want_partner, &want_shared);
     CHECK(partner == want_partner);
     CHECK(shared == want_shared);
+    // Groups: the links that pass the ratio, joined into their partners' groups.
+    const double ratio = (rng() % 4) / 4.0;
+    std::vector<int64_t> first(count), group_shared(count), want_first(count), want_group(count, 0);
+    PrefixPartners::groups(ptrs.data(), lengths.data(), static_cast<uint32_t>(count), page, ratio,
+                           first.data(), group_shared.data());
+    for (size_t i = 0; i < count; ++i) {
+      want_first[i] = static_cast<int64_t>(i);
+      const int64_t j = want_partner[i];
+      if (j < 0) continue;
+      const size_t a = keys[i].size() / page * page, b = keys[j].size() / page * page;
+      if (want_shared[i] < page || want_shared[i] < ratio * static_cast<double>(std::min(a, b)))
+        continue;
+      const int64_t f = want_first[j];
+      want_first[i] = f;
+      want_group[f] = want_group[f] == 0 ? want_shared[i] : std::min(want_group[f], want_shared[i]);
+    }
+    CHECK(first == want_first);
+    CHECK(group_shared == want_group);
     if (failures > 0) return;
   }
 }

@@ -39,6 +39,31 @@ class PrefixPartners {
     }
   }
 
+  // The batch's shared-prefix groups: key i joins its partner's group when
+  // they share at least one page and at least `ratio` of the shorter key's
+  // whole pages. first[i] gets the first key of i's group; shared[f], for the
+  // first key f of a group, the tokens every key of the group shares (the
+  // smallest link, since lcp(a, c) >= min(lcp(a, b), lcp(b, c))), 0 for a key
+  // alone. A partner comes before its key, so one pass settles every group.
+  static void groups(const Token* const* keys, const uint64_t* lengths, uint32_t count,
+                     uint32_t page, double ratio, int64_t* first, int64_t* shared) {
+    std::vector<int64_t> partner(count), common(count);
+    compute(keys, lengths, count, page, partner.data(), common.data());
+    for (uint32_t i = 0; i < count; ++i) {
+      first[i] = i;
+      shared[i] = 0;
+      const int64_t j = partner[i];
+      if (j < 0) continue;
+      const uint64_t a = lengths[i] - lengths[i] % page, b = lengths[j] - lengths[j] % page;
+      const double shorter = static_cast<double>(std::min(a, b));
+      if (common[i] < static_cast<int64_t>(page) || static_cast<double>(common[i]) < ratio * shorter)
+        continue;
+      const int64_t f = first[j];
+      first[i] = f;
+      shared[f] = shared[f] == 0 ? common[i] : std::min(shared[f], common[i]);
+    }
+  }
+
  private:
   struct Node {
     uint32_t owner;  // the key whose tokens [start, end) label this node
