@@ -98,14 +98,13 @@ class Decision:
         "matched",
         "label",
         "detail",
-        "_workers",
-        "_lengths",
+        "_view",
         "_request",
         "_hold",
-        "_uncached",
         "_started",
-        "_decode",
+        "_decode",  # set by prefill_done: the tokens counted in decode_tokens
     )
+    _decode: int
 
     def __init__(
         self,
@@ -114,8 +113,7 @@ class Decision:
         matched: int,
         label: str,
         detail: tuple[tuple[str, float], ...],
-        workers: tuple[WorkerId, ...],
-        lengths: list[int],
+        view: View,
         request: Request,
         hold: int | None,
         started: float,
@@ -125,18 +123,20 @@ class Decision:
         self.matched = matched
         self.label = label
         self.detail = detail
-        self._workers = workers
-        self._lengths = lengths
+        self._view = view
         self._request = request
         self._hold = hold  # the hold of its pages (exact mode)
-        self._uncached = len(request.tokens) - matched  # in prefill_tokens until prefill_done
         self._started = started
-        self._decode = -1  # in decode_tokens after prefill_done; -1 before
 
     @property
     def lengths(self) -> dict[WorkerId, int]:
         """Every worker the policy could choose, with the tokens of the prompt it held."""
-        return dict(zip(self._workers, self._lengths, strict=True))
+        return dict(zip(self._view.workers, self._view.lengths, strict=True))
+
+    @property
+    def _uncached(self) -> int:
+        """Its tokens in prefill_tokens until prefill_done."""
+        return len(self._request.tokens) - self.matched
 
     @property
     def reason(self) -> str:
@@ -328,17 +328,12 @@ class Router:
         self.mode = mode
         self.tree = MetaTree(page_size)
         self.page_size = self.tree.page_size
-        self.policy = _resolve_policy(policy)
-        self._choose_batch = (
-            self.policy.choose_batch if isinstance(self.policy, BatchPolicy) else None
-        )
-        self._on_dispatch = getattr(self.policy, "on_dispatch", None)
-        self._on_finish = getattr(self.policy, "on_finish", None)
+        self._policy = _resolve_policy(policy)
         self._exact = mode == "exact"
         self._sources = _Sources(source)
         self.replayer = Replayer(self.tree, source=self._sources, restart_window=restart_window)
         self._subscriptions: list[FleetSubscription] = []
-        self.clock = clock
+        self._clock = clock
         self._lock = threading.RLock()  # re-entrant: a policy hook may call the router
         self._closed = False
         self._background: threading.Thread | None = None
@@ -354,7 +349,27 @@ class Router:
         # Generated ids: a prefix of this router's own, then a counter (a C iterator).
         self._ids = map(f"req-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
         self._outputs = [0, 0]  # finishes that reported output tokens, and their sum
-        self._refresh()
+        self.policy = self._policy  # its hooks, and the first _refresh
+
+    @property
+    def policy(self) -> Any:
+        """The policy object (a new one may be set; dispatches after use it)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: object) -> None:
+        policy = _resolve_policy(policy)
+        with self._lock:
+            self._policy = policy
+            self._choose_batch = policy.choose_batch if isinstance(policy, BatchPolicy) else None
+            self._on_dispatch = getattr(policy, "on_dispatch", None)
+            self._on_finish = getattr(policy, "on_finish", None)
+            self._refresh()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock ``expire`` reads (seconds; given to the constructor)."""
+        return self._clock
 
     # -- workers -------------------------------------------------------------------------
     def add_worker(
@@ -515,7 +530,7 @@ class Router:
         self._capacities: list[int | None] = [s.capacity for s in up]
         self._reported: list[EngineLoad | None] = [s.reported for s in up]
         self._position = {s.worker.index: k for k, s in enumerate(up)}
-        # What dispatch reads of all this, in one attribute.
+        # What dispatch reads, in one attribute: each attribute read costs on every request.
         self._hot = (
             self._up,
             self._dense,
@@ -523,6 +538,16 @@ class Router:
             self._position,
             self._capacities,
             self._reported,
+            self.tree,
+            self.page_size,
+            self._policy.choose,
+            self._exact,
+            self._on_dispatch,
+            self._clock,
+            self._requests,
+            self._prefill,
+            self._decode,
+            self._flights,
         )
 
     def _pick(self, values: list[int]) -> list[int]:
@@ -592,7 +617,24 @@ class Router:
             if self._closed:
                 msg = "dispatch on a closed Router"
                 raise RouterClosedError(msg)
-            flights = self._flights
+            (
+                up,
+                dense,
+                up_index,
+                position,
+                capacities,
+                reported,
+                tree,
+                page_size,
+                choose,
+                exact,
+                on_dispatch,
+                clock,
+                requests,
+                prefill,
+                decode,
+                flights,
+            ) = self._hot
             if request_id is None:
                 rid = next(self._ids)
                 if rid in flights:  # a caller's id that looks like ours
@@ -602,28 +644,43 @@ class Router:
                 raise DuplicateRequestError(msg)
             else:
                 rid = request_id
-            up, dense, up_index, position, capacities, reported = self._hot
             if not up:
                 raise NoWorkerError(self._no_worker())
-            tree = self.tree
             if extras is None and namespace is None:
                 m = tree.match(key, cursor=True)
             else:
                 m = tree.match(key, extras=extras, namespace=namespace, cursor=True)
             every = m.lengths.tolist()
-            requests, prefill = self._requests, self._prefill
             if dense:
                 lengths = every
-                loads = requests[:], prefill[:], self._decode[:]
+                view = View(
+                    up,
+                    every,
+                    self._pick(m.host_lengths.tolist()) if tree.has_host_pages else every,
+                    requests[:],
+                    prefill[:],
+                    decode[:],
+                    capacities,
+                    reported,
+                    page_size,
+                    m.prefix_key,
+                )
             else:
                 lengths = [every[i] for i in up_index]
-                loads = self._pick(requests), self._pick(prefill), self._pick(self._decode)
-            host = self._pick(m.host_lengths.tolist()) if tree.has_host_pages else lengths
+                view = View(
+                    up,
+                    lengths,
+                    self._pick(m.host_lengths.tolist()) if tree.has_host_pages else lengths,
+                    self._pick(requests),
+                    self._pick(prefill),
+                    self._pick(decode),
+                    capacities,
+                    reported,
+                    page_size,
+                    m.prefix_key,
+                )
             request = Request(rid, key, namespace, extras, group, expected_output)
-            view = View(
-                up, lengths, host, *loads, capacities, reported, self.page_size, m.prefix_key
-            )
-            choice = self.policy.choose(request, view)
+            choice = choose(request, view)
             # A bare WorkerId of the view, found by its index: no hashing, no call.
             found = position.get(choice.index) if type(choice) is WorkerId else None
             detail: tuple[tuple[str, float], ...]
@@ -633,21 +690,19 @@ class Router:
                 worker, label, detail = self._unpack(choice, up, True)
             i = worker.index
             matched = every[i]
-            if self._exact:
+            if exact:
                 hold: int | None = m.hold(worker)
             else:
                 hold = None
                 m.insert(worker)
-            decision = Decision(
-                rid, worker, matched, label, detail, up, lengths, request, hold, self.clock()
-            )
+            decision = Decision(rid, worker, matched, label, detail, view, request, hold, clock())
             # _count, inline. The counters of metrics() take the request when it ends
             # (finish, expire, removal); until then metrics() reads it from flights.
             requests[i] += 1
-            prefill[i] += decision._uncached
+            prefill[i] += len(key) - matched
             flights[rid] = decision
-            if self._on_dispatch is not None:
-                self._on_dispatch(request, worker, matched)
+            if on_dispatch is not None:
+                on_dispatch(request, worker, matched)
             return decision
 
     def _new_id(self, taken: set[str] | None = None) -> str:
@@ -779,7 +834,7 @@ class Router:
                 choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
             # Nothing below raises: the decisions are applied whole.
             decisions = []
-            exact, clock, hook = self._exact, self.clock, self._on_dispatch
+            exact, clock, hook = self._exact, self._clock, self._on_dispatch
             for request, m, lengths, (worker, label, detail, view) in zip(
                 requests_, matches, every, choices, strict=True
             ):
@@ -789,19 +844,9 @@ class Router:
                     hold = m.hold(worker)
                 else:
                     m.insert(worker)
-                decision = Decision(
-                    request.request_id,
-                    worker,
-                    lengths[i],
-                    label,
-                    detail,
-                    view.workers,
-                    view.lengths,
-                    request,
-                    hold,
-                    clock(),
-                )
-                flights[request.request_id] = decision
+                rid, matched, now = request.request_id, lengths[i], clock()
+                decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
+                flights[rid] = decision
                 if hook is not None:
                     hook(request, worker, lengths[i])
                 decisions.append(decision)
@@ -924,7 +969,7 @@ class Router:
                         requests[first], matches[first], every[first], host_pages, positions
                     )
                     worker, label, detail = self._unpack(
-                        self.policy.choose(requests[first], view), view.workers, positions is None
+                        self._policy.choose(requests[first], view), view.workers, positions is None
                     )
                     i = worker.index
                     # The first member always goes; the next ones while the worker's load,
@@ -969,7 +1014,7 @@ class Router:
         """
         with self._lock:
             flight = self._flight(request_id)
-            if flight._decode >= 0:
+            if getattr(flight, "_decode", -1) >= 0:
                 return
             expected = flight._request.expected_output
             if expected is None:
@@ -1023,7 +1068,7 @@ class Router:
             msg = f"older_than must be >= 0, got {older_than}"
             raise InvalidInputError(msg)
         with self._lock:
-            cutoff = self.clock() - older_than
+            cutoff = self._clock() - older_than
             gone = []
             for rid, flight in self._flights.items():
                 if flight._started > cutoff:
@@ -1054,8 +1099,9 @@ class Router:
         assert state is not None
         self._tally(flight, state)
         self._requests[i] -= 1
-        if flight._decode >= 0:
-            self._decode[i] -= flight._decode
+        decode = getattr(flight, "_decode", -1)
+        if decode >= 0:
+            self._decode[i] -= decode
         else:
             self._prefill[i] -= flight._uncached
         if hold and flight._hold is not None:
@@ -1219,7 +1265,7 @@ class Router:
         lag = [asdict(entry) for entry in self.replayer.lag()]
         return {
             "mode": self.mode,
-            "policy": type(self.policy).__name__,
+            "policy": type(self._policy).__name__,
             "dispatches": sum(w["dispatches"] for w in workers),
             "in_flight": in_flight,
             "decisions": decisions,
