@@ -148,7 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("simulate", "reproduce"):
             from radixmeta.sim import commands
 
-            return commands.simulate(args) if args.command == "simulate" else commands.reproduce_a4(args)
+            return (
+                commands.simulate(args)
+                if args.command == "simulate"
+                else commands.reproduce_a4(args)
+            )
         return _listen(args)
     except RadixMetaError as exc:
         print(f"radixmeta {args.command}: {exc}", file=sys.stderr)

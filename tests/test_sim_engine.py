@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from radixmeta.errors import InvalidInputError
+from radixmeta.policies import costs
 from radixmeta.sim import workloads
 from radixmeta.sim.engine import SimConfig, Simulation
 from radixmeta.sim.metrics import summarise
 from radixmeta.sim.sweep import grid, run_cells
 from radixmeta.sim.worker import BatchLimits, batch_prefill_time
-from radixmeta.policies import costs
 
 
 def small_gsp(rate: float = math.inf, **kw: object) -> workloads.Workload:
@@ -108,7 +108,11 @@ def test_scaling_and_imbalance_in_a_sweep() -> None:
         capacities=[None],
         consistencies=["idle"],
     )
-    assert [(c.workers, c.policy) for c in cells] == [(1, "default"), (4, "default"), (4, "round_robin")]
+    assert [(c.workers, c.policy) for c in cells] == [
+        (1, "default"),
+        (4, "default"),
+        (4, "round_robin"),
+    ]
     toks = [r.tokens for r in wl]
     summaries, runs = run_cells(
         toks, list(wl.arrivals), list(wl.output_lens), cells, optimal=wl.optimal_hit_rate()

@@ -56,7 +56,9 @@ def _policies(text: str) -> list[str]:
     known = set(policy_names())
     unknown = [p for p in wanted if p not in known]
     if unknown:
-        msg = f"unknown policy {unknown[0]!r}: expected 'all' or some of {', '.join(policy_names())}"
+        msg = (
+            f"unknown policy {unknown[0]!r}: expected 'all' or some of {', '.join(policy_names())}"
+        )
         raise InvalidInputError(msg)
     return wanted
 
@@ -90,12 +92,14 @@ def load_workload(args: argparse.Namespace) -> Any:
     name = args.workload
     if name == "mmlu":
         if not args.mmlu_dir:
-            msg = "--workload mmlu needs --mmlu-dir DIR (a folder of MMLU CSVs, Hugging Face layout)"
+            msg = (
+                "--workload mmlu needs --mmlu-dir DIR (a folder of MMLU CSVs, Hugging Face layout)"
+            )
             raise InvalidInputError(msg)
         params.update(mmlu_dir=args.mmlu_dir, order=args.order, tokenizer=args.tokenizer)
     elif name == "trace":
         if not args.trace_file:
-            msg = "--workload trace needs --trace-file FILE (JSON lines of timestamp, lengths, hash_ids)"
+            msg = "--workload trace needs --trace-file FILE (JSON lines: timestamp, lengths, hash_ids)"
             raise InvalidInputError(msg)
         params.update(path=args.trace_file, block_size=args.block_size, time_scale=args.time_scale)
     elif name == "sharegpt":
@@ -191,7 +195,9 @@ def simulate(args: argparse.Namespace) -> int:
         f"prompt tokens; {len(cells)} run(s)"
     )
     summaries, runs = _run(workload, cells, args.jobs, console, "simulate")
-    title = f"{workload.name}, page size {base.page_size}, H* = {summaries[0]['optimal_hit_rate']:.1%}"
+    title = (
+        f"{workload.name}, page size {base.page_size}, H* = {summaries[0]['optimal_hit_rate']:.1%}"
+    )
     report.print_table(summaries, title, console)
     _write_outputs(args, desc, summaries, runs, console)
     console.print(f"done in {time.perf_counter() - started:.1f} s")
@@ -248,10 +254,14 @@ def reproduce_a4(args: argparse.Namespace) -> int:
         runs_all.extend(runs)
         return summaries
 
-    def pick(summaries: list[dict[str, Any]], policy: str, workers: int, **kw: Any) -> dict[str, Any]:
+    def pick(
+        summaries: list[dict[str, Any]], policy: str, workers: int, **kw: Any
+    ) -> dict[str, Any]:
         for s in summaries:
-            if s["policy"] == policy and s["workers_count"] == workers and all(
-                s[k] == v for k, v in kw.items()
+            if (
+                s["policy"] == policy
+                and s["workers_count"] == workers
+                and all(s[k] == v for k, v in kw.items())
             ):
                 return s
         msg = f"no run of {policy} with {workers} workers {kw}"
@@ -332,7 +342,9 @@ def reproduce_a4(args: argparse.Namespace) -> int:
         )
     )
     scale8 = d8.get("scaling") or 0.0
-    rows.append(("8k/worker: default still scales (4 over 1)", "> 3x", f"{scale8:.2f}x", scale8 > 3))
+    rows.append(
+        ("8k/worker: default still scales (4 over 1)", "> 3x", f"{scale8:.2f}x", scale8 > 3)
+    )
 
     # 3. Poisson arrivals at 80 % of the 4-worker fleet's capacity.
     rate = 0.8 * d4["throughput_rps"]
@@ -364,9 +376,7 @@ def reproduce_a4(args: argparse.Namespace) -> int:
         )
     )
     share = idle["timing"]["router_share_of_prefill"]
-    rows.append(
-        ("router overhead / simulated prefill time", "< 1 %", f"{share:.3%}", share < 0.01)
-    )
+    rows.append(("router overhead / simulated prefill time", "< 1 %", f"{share:.3%}", share < 0.01))
 
     report.print_table(everything, "every run of the reproduction", console)
     table = Table(title="SGLang A.4: claim against measurement", header_style="bold")
@@ -391,39 +401,65 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
     """The options ``simulate`` (and, without the sweep axes, ``reproduce``) take."""
     if not reproduce:
         parser.add_argument(
-            "--workload", choices=("gsp", "mmlu", "sharegpt", "trace"), default="gsp",
+            "--workload",
+            choices=("gsp", "mmlu", "sharegpt", "trace"),
+            default="gsp",
             help="what to simulate (default: gsp, generated shared-prefix groups, no data needed)",
         )
-        parser.add_argument("--workers", default="4", help="worker counts, e.g. 1,2,4,8 (default 4)")
+        parser.add_argument(
+            "--workers", default="4", help="worker counts, e.g. 1,2,4,8 (default 4)"
+        )
         parser.add_argument("--policies", default="all", help="policy names or 'all' (default all)")
         parser.add_argument(
-            "--capacity", default="inf", help="tokens per worker cache, e.g. 8k,32k,inf (default inf)"
+            "--capacity",
+            default="inf",
+            help="tokens per worker cache, e.g. 8k,32k,inf (default inf)",
         )
         parser.add_argument(
-            "--consistency", default="idle",
+            "--consistency",
+            default="idle",
             help=f"how records reach the router: some of {', '.join(CONSISTENCIES)} (default idle)",
         )
         parser.add_argument(
-            "--rate", type=float, default=None,
+            "--rate",
+            type=float,
+            default=None,
             help="Poisson arrivals per second (0: all at once); default: the workload's own",
         )
         parser.add_argument("--trace-file", help="--workload trace: the JSON-lines trace")
-        parser.add_argument("--block-size", type=int, default=512, help="--workload trace: tokens per hash id")
-        parser.add_argument("--time-scale", type=float, default=1.0, help="--workload trace: stretch time")
+        parser.add_argument(
+            "--block-size", type=int, default=512, help="--workload trace: tokens per hash id"
+        )
+        parser.add_argument(
+            "--time-scale", type=float, default=1.0, help="--workload trace: stretch time"
+        )
         parser.add_argument("--sharegpt-file", help="--workload sharegpt: a ShareGPT JSON file")
-        parser.add_argument("--trace-out", help="write a Chrome trace (Perfetto) of the largest fleet")
+        parser.add_argument(
+            "--trace-out", help="write a Chrome trace (Perfetto) of the largest fleet"
+        )
     parser.add_argument("--mmlu-dir", help="a folder of MMLU CSVs (Hugging Face layout)")
-    parser.add_argument("--order", choices=("shuffle", "subject"), default="shuffle",
-                        help="MMLU question order (default shuffle)")
-    parser.add_argument("--tokenizer", default="auto",
-                        help="auto (cl100k_base when bpe-openai is installed), cl100k or fallback")
+    parser.add_argument(
+        "--order",
+        choices=("shuffle", "subject"),
+        default="shuffle",
+        help="MMLU question order (default shuffle)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="auto",
+        help="auto (cl100k_base when bpe-openai is installed), cl100k or fallback",
+    )
     parser.add_argument("--limit", type=int, default=None, help="only the first N requests")
     parser.add_argument("--page-size", type=int, default=1)
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds, for --consistency delayed")
+    parser.add_argument(
+        "--latency", type=float, default=0.05, help="seconds, for --consistency delayed"
+    )
     parser.add_argument("--prefill-model", default="mistral_7b_a6000")
     parser.add_argument("--decode-model", default="mistral_7b_a6000")
     parser.add_argument("--max-running", type=int, default=256)
     parser.add_argument("--max-prefill-tokens", type=int, default=16_384)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)"
+    )
     parser.add_argument("--out", help="write JSON and PNG plots under this folder")

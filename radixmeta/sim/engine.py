@@ -33,6 +33,7 @@ results byte for byte.
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -154,7 +155,9 @@ class SimRun:
     records: int = 0  # records the workers produced
     replay_stats: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)  # real seconds: not deterministic
-    load: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, w, waiting, running)
+    load: list[tuple[float, int, int, int]] = field(
+        default_factory=list
+    )  # (t, w, waiting, running)
     spans: list[tuple[str, int, float, float]] = field(default_factory=list)  # (kind, w, t, dur)
 
 
@@ -182,9 +185,9 @@ class Simulation:
     ) -> None:
         n = len(tokens)
         if len(arrivals) != n or len(outputs) != n:
-            msg = f"tokens, arrivals and outputs differ in length: {n}, {len(arrivals)}, {len(outputs)}"
+            msg = f"tokens, arrivals, outputs differ in length: {n}, {len(arrivals)}, {len(outputs)}"
             raise InvalidInputError(msg)
-        if any(b < a for a, b in zip(arrivals, arrivals[1:], strict=False)):
+        if any(b < a for a, b in itertools.pairwise(arrivals)):
             msg = "arrivals must be in non-decreasing order"
             raise InvalidInputError(msg)
         self.tokens = list(tokens)
@@ -225,7 +228,9 @@ class Simulation:
         for i in range(cfg.workers):
             name = f"w{i}"
             workers.append(
-                SimWorker(name, cfg.page_size, cfg.capacity, prefill, decode, cfg.limits, cfg.log_form)
+                SimWorker(
+                    name, cfg.page_size, cfg.capacity, prefill, decode, cfg.limits, cfg.log_form
+                )
             )
             # Approximate mode needs a bound for its modelled cache; unbounded is "huge".
             capacity = cfg.capacity if (cfg.capacity is not None or exact) else 1 << 62
@@ -333,7 +338,11 @@ class Simulation:
                 else:
                     decisions = router.dispatch_batch(
                         [
-                            {"tokens": tokens[r], "request_id": str(r), "expected_output": outputs[r]}
+                            {
+                                "tokens": tokens[r],
+                                "request_id": str(r),
+                                "expected_output": outputs[r],
+                            }
                             for r in range(first, last)
                         ]
                     )
@@ -413,4 +422,6 @@ def _policy(cfg: SimConfig) -> Any:
 def _stats_dict(stats: Any) -> dict[str, Any]:
     import dataclasses
 
-    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(vars(stats))
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        return dataclasses.asdict(stats)
+    return dict(vars(stats))

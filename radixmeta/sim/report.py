@@ -105,7 +105,9 @@ def write_trace(path: Path, run: SimRun) -> None:
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "simulated fleet"}},
     ]
     for i, name in enumerate(run.worker_names):
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": name}})
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": name}}
+        )
     router_tid = len(run.worker_names)
     events.append(
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": router_tid, "args": {"name": "router"}}

@@ -225,7 +225,9 @@ class SimWorker:
         self._context += len(self.running)
         return duration
 
-    def advance(self, remaining: list[int], prompt_lens: list[int], outputs: list[int]) -> list[int]:
+    def advance(
+        self, remaining: list[int], prompt_lens: list[int], outputs: list[int]
+    ) -> list[int]:
         """After a decode step: every running request has one more token; returns the finished.
 
         ``remaining[r]`` counts request ``r``'s output tokens still to come; a
