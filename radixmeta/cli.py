@@ -139,12 +139,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the console script; returns its exit code (2 for a usage or input error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:  # the demonstration parses its own options
+        from radixmeta import demo
+
+        return demo.main(argv[1:])
     args = _parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            from radixmeta import demo
-
-            return demo.main(list(args.demo_args))
         if args.command in ("simulate", "reproduce"):
             from radixmeta.sim import commands
 

@@ -99,7 +99,7 @@ def load_workload(args: argparse.Namespace) -> Any:
         params.update(mmlu_dir=args.mmlu_dir, order=args.order, tokenizer=args.tokenizer)
     elif name == "trace":
         if not args.trace_file:
-            msg = "--workload trace needs --trace-file FILE (JSON lines: timestamp, lengths, hash_ids)"
+            msg = "--workload trace needs --trace-file FILE (JSON lines with hash_ids)"
             raise InvalidInputError(msg)
         params.update(path=args.trace_file, block_size=args.block_size, time_scale=args.time_scale)
     elif name == "sharegpt":
@@ -124,7 +124,7 @@ def _base_config(args: argparse.Namespace) -> SimConfig:
         decode=args.decode_model,
         limits=BatchLimits(args.max_running, args.max_prefill_tokens),
         seed=args.seed,
-        trace=bool(args.trace_out or args.out),
+        trace=bool(getattr(args, "trace_out", None) or args.out),
     )
 
 

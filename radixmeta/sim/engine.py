@@ -49,9 +49,13 @@ if TYPE_CHECKING:
 
     from radixmeta.policies.base import Policy
 
-__all__ = ["CONSISTENCIES", "SimConfig", "SimRun", "Simulation"]
+__all__ = ["CACHE_BLIND", "CONSISTENCIES", "SimConfig", "SimRun", "Simulation"]
 
 CONSISTENCIES = ("immediate", "delayed", "idle", "none")
+
+#: Policies that route without looking at prefixes: a batch of theirs is dispatched
+#: request by request, since grouping by prefix would make them affinity policies.
+CACHE_BLIND = frozenset({"round_robin", "random", "least_loaded", "power_of_two"})
 
 # Event kinds, in the order they are handled at one instant.
 _STEP_DONE = 0
@@ -87,6 +91,11 @@ class SimConfig:
         The workers' EventLog form.
     seed : int
         Seeds a policy given by name that takes a seed.
+    batch_dispatch : bool or None
+        Whether requests arriving at one instant go through ``Router.dispatch_batch``
+        (which keeps a batch's shared-prefix groups together) or one by one.
+        ``None``: through the batch path, except for the cache-blind baselines
+        (``CACHE_BLIND``), whose rule is to ignore prefixes.
     trace : bool
         Keep the spans for a Chrome trace (costs memory on long runs).
     """
@@ -103,6 +112,7 @@ class SimConfig:
     limits: BatchLimits = field(default_factory=BatchLimits)
     log_form: str = "path"
     seed: int = 0
+    batch_dispatch: bool | None = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -153,6 +163,7 @@ class SimRun:
     lag_sum: float = 0.0  # record-seconds between a record's step and its replay
     lag_max: float = 0.0
     records: int = 0  # records the workers produced
+    removed: int = 0  # of which removals (evictions)
     replay_stats: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)  # real seconds: not deterministic
     load: list[tuple[float, int, int, int]] = field(
@@ -185,7 +196,8 @@ class Simulation:
     ) -> None:
         n = len(tokens)
         if len(arrivals) != n or len(outputs) != n:
-            msg = f"tokens, arrivals, outputs differ in length: {n}, {len(arrivals)}, {len(outputs)}"
+            lengths = f"{n}, {len(arrivals)}, {len(outputs)}"
+            msg = f"tokens, arrivals and outputs differ in length: {lengths}"
             raise InvalidInputError(msg)
         if any(b < a for a, b in itertools.pairwise(arrivals)):
             msg = "arrivals must be in non-decreasing order"
@@ -218,10 +230,21 @@ class Simulation:
         prefill = costs.prefill_model(cfg.prefill)
         decode = costs.decode_model(cfg.decode)
         exact = cfg.consistency != "none"
+        clock_now = [0.0]  # the simulated time, for every clock the router and policy read
+
+        def sim_clock() -> float:
+            return clock_now[0]
+
         router = Router(
             cfg.page_size,
-            policy=_policy(cfg),
+            policy=_policy(cfg, sim_clock),
             mode="exact" if exact else "approximate",
+            clock=sim_clock,
+        )
+        batched = (
+            cfg.batch_dispatch
+            if cfg.batch_dispatch is not None
+            else cfg.policy_name not in CACHE_BLIND
         )
         workers: list[SimWorker] = []
         ids: dict[Any, int] = {}
@@ -304,6 +327,7 @@ class Simulation:
         def publish(records: list[Any], now: float) -> None:
             nonlocal order
             run.records += len(records)
+            run.removed += sum(1 for r in records if r.kind == "removed")
             if cfg.consistency == "immediate":
                 apply(records, now, now)
             elif cfg.consistency == "delayed":
@@ -322,6 +346,7 @@ class Simulation:
         schedule_arrival()
         while heap:
             now, kind, _, payload = heapq.heappop(heap)
+            clock_now[0] = now
             if kind == _ARRIVAL:
                 first = payload
                 last = first + 1
@@ -329,11 +354,10 @@ class Simulation:
                     last += 1
                 next_arrival = last
                 t0 = clock()
-                if last - first == 1:
+                if last - first == 1 or not batched:
                     decisions = [
-                        router.dispatch(
-                            tokens[first], request_id=str(first), expected_output=outputs[first]
-                        )
+                        router.dispatch(tokens[r], request_id=str(r), expected_output=outputs[r])
+                        for r in range(first, last)
                     ]
                 else:
                     decisions = router.dispatch_batch(
@@ -405,7 +429,8 @@ class Simulation:
         return run
 
 
-def _policy(cfg: SimConfig) -> Any:
+def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
+    """The policy object; a built-in gets the run's seed and the simulated clock."""
     if not isinstance(cfg.policy, str):
         return cfg.policy
     import inspect
@@ -414,8 +439,12 @@ def _policy(cfg: SimConfig) -> Any:
 
     params = dict(cfg.policy_params)
     cls = policies.POLICIES.get(cfg.policy)
-    if cls is not None and "seed" in inspect.signature(cls).parameters:
-        params.setdefault("seed", cfg.seed)
+    if cls is not None:
+        accepted = inspect.signature(cls).parameters
+        if "seed" in accepted:
+            params.setdefault("seed", cfg.seed)
+        if "clock" in accepted:
+            params.setdefault("clock", clock)
     return policies.create(cfg.policy, **params)
 
 

@@ -105,6 +105,7 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "imbalance": float(prefill_busy.max() / mean_busy) if mean_busy > 0 else 1.0,
         "workers": workers,
         "records": run.records,
+        "removed_records": run.removed,
         "event_lag": {
             "mean": run.lag_sum / run.records if run.records else 0.0,
             "max": run.lag_max,

@@ -52,10 +52,15 @@ class BatchLimits:
         Uncached tokens one prefill step computes (SGLang's
         ``--max-prefill-tokens``); a request larger than this alone still runs,
         alone, as SGLang admits one oversized request.
+    in_batch_defer : int
+        A request sharing this many more tokens with a request of the same
+        prefill step than with the cache waits for the next step (SGLang's
+        in-batch prefix caching threshold, 32); 0 turns it off.
     """
 
     max_running: int = 256
     max_prefill_tokens: int = 16_384
+    in_batch_defer: int = 32
 
 
 def batch_prefill_time(
@@ -149,11 +154,16 @@ class SimWorker:
     def admit(
         self, tokens: list[npt.NDArray[np.uint32]], hits: list[int]
     ) -> tuple[list[int], float] | None:
-        """Admit requests from the head of the queue for one prefill step.
+        """Admit requests from the queue for one prefill step.
 
         Matches each against the cache and locks its node; ``hits[r]`` receives
         request ``r``'s matched tokens. Returns the admitted requests and the
         step's duration, or ``None`` when nothing can be admitted.
+
+        In-batch prefix caching, as SGLang's scheduler does it: a request that
+        shares at least ``limits.in_batch_defer`` more tokens with a request
+        already admitted to this step than with the cache waits for the next
+        step, where the cache holds that prefix, instead of computing it twice.
         """
         limits = self.limits
         room = limits.max_running - len(self.running)
@@ -163,8 +173,12 @@ class SimWorker:
         admitted: list[int] = []
         extends: list[int] = []
         contexts: list[int] = []
+        deferred: list[int] = []
         budget = limits.max_prefill_tokens
-        while self.waiting and len(admitted) < room:
+        defer = limits.in_batch_defer
+        batch = RadixCache(cache.page_size) if defer else None  # this step's prompts
+        examined = 0
+        while self.waiting and len(admitted) < room and examined < limits.max_running:
             r = self.waiting[0]
             prompt = tokens[r]
             match = cache.match_prefix(prompt, values=False)
@@ -172,15 +186,26 @@ class SimWorker:
             if admitted and extend > budget:
                 break  # the next step takes it
             self.waiting.popleft()
+            examined += 1
+            if batch is not None and admitted:
+                shared = batch.match_prefix(prompt, values=False).length
+                if shared - match.length >= defer:
+                    deferred.append(r)
+                    continue
             cache.lock(match.node)
             self._locks[r] = match.node
             hits[r] = match.length
             admitted.append(r)
+            if batch is not None:
+                batch.insert(prompt)
             # An engine computes at least the last token (its logits give the first
             # output), so a fully cached prompt still costs a one-token prefill.
             extends.append(max(extend, 1))
             contexts.append(len(prompt))
             budget -= extend
+        self.waiting.extendleft(reversed(deferred))  # back at the head, in their order
+        if not admitted:
+            return None
         duration = batch_prefill_time(self.prefill, extends, contexts)
         self.prefill_busy += duration
         self.steps += 1
