@@ -34,12 +34,10 @@ def main() -> None:
     wl = workloads.mmlu(args.mmlu_dir)
     optimal = wl.optimal_hit_rate()
     rows = []
-    print(
-        f"{len(wl):,} MMLU requests, tokenizer {wl.metadata.get('tokenizer')}; median of {args.repeats}"
-    )
-    print(
-        f"{'policy':<16}{'req/s wall':>12}{'dispatch s':>12}{'replay s':>10}{'workers s':>11}{'hit':>8}"
-    )
+    tokenizer = wl.metadata.get("tokenizer")
+    print(f"{len(wl):,} MMLU requests, tokenizer {tokenizer}; median of {args.repeats}")
+    header = f"{'policy':<16}{'req/s wall':>12}{'dispatch s':>12}{'replay s':>10}{'workers s':>11}"
+    print(f"{header}{'hit':>8}")
     for policy in args.policies:
         config = SimConfig(workers=args.workers, policy=policy, consistency=args.consistency)
         times, summary = [], None
