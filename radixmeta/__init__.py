@@ -11,6 +11,7 @@ from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
 from radixmeta.log import EventLog
 from radixmeta.meta import MetaTree
+from radixmeta.router import Decision, Router, WorkerLoad
 
 __version__ = "0.1.0"
 
@@ -22,6 +23,7 @@ MetaMatch = _backend.MetaMatch
 __all__ = [
     "BlockStatus",
     "CacheStats",
+    "Decision",
     "DumpRecord",
     "EventLog",
     "EvictResult",
@@ -31,7 +33,9 @@ __all__ = [
     "MetaTree",
     "Node",
     "RadixCache",
+    "Router",
     "WorkerId",
+    "WorkerLoad",
     "errors",
     "implementation",
     "__version__",

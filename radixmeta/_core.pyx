@@ -895,6 +895,66 @@ include "_meta_core.pxi"
 include "_scan_core.pxi"
 
 
+# -- batch prefixes --------------------------------------------------------------------
+
+cdef extern from "radixmeta/prefix_partners.hpp" namespace "radixmeta" nogil:
+    cdef cppclass PrefixPartners:
+        @staticmethod
+        void compute(const uint32_t* const* keys, const uint64_t* lengths, uint32_t count,
+                     uint32_t page, int64_t* partner, int64_t* shared) except +
+        @staticmethod
+        void groups(const uint32_t* const* keys, const uint64_t* lengths, uint32_t count,
+                    uint32_t page, double ratio, int64_t* first, int64_t* shared) except +
+
+
+cdef list _batch_keys(object keys, vector[const uint32_t*]* pointers, vector[uint64_t]* lengths):
+    """Every key of a batch as a checked uint32 array (before any is read), and their data."""
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        raise InputTypeError(f"keys must be a sequence of keys, got {type(keys).__name__}")
+    owned = [_owned_tokens(k) for k in keys]
+    cdef Py_ssize_t i
+    cdef cnp.ndarray arr
+    pointers.resize(len(owned))
+    lengths.resize(len(owned))
+    for i in range(len(owned)):
+        arr = <cnp.ndarray>owned[i]
+        pointers[0][i] = <const uint32_t*>cnp.PyArray_DATA(arr)
+        lengths[0][i] = cnp.PyArray_DIM(arr, 0)
+    return owned
+
+
+def prefix_partners(keys, page_size):
+    """Per key of a batch: the first earlier key sharing the most whole pages with it (-1 for
+    none) and how many tokens; two ``int64`` arrays. One trie over the batch, O(total tokens)."""
+    cdef uint32_t page = check_page_size(page_size)
+    cdef vector[const uint32_t*] pointers
+    cdef vector[uint64_t] lengths
+    owned = _batch_keys(keys, &pointers, &lengths)
+    cdef Py_ssize_t count = len(owned)
+    cdef cnp.ndarray partner = _new_int64(count)
+    cdef cnp.ndarray shared = _new_int64(count)
+    PrefixPartners.compute(pointers.data(), lengths.data(), <uint32_t>count, page,
+                           <int64_t*>cnp.PyArray_DATA(partner), <int64_t*>cnp.PyArray_DATA(shared))
+    return partner, shared
+
+
+def prefix_groups(keys, page_size, ratio):
+    """The batch's shared-prefix groups from ``prefix_partners``'s links (see
+    ``radixmeta._reference.prefix_groups``): per key its group's first key, and per first key
+    the tokens its group shares; two ``int64`` arrays."""
+    cdef uint32_t page = check_page_size(page_size)
+    cdef double share = ratio
+    cdef vector[const uint32_t*] pointers
+    cdef vector[uint64_t] lengths
+    owned = _batch_keys(keys, &pointers, &lengths)
+    cdef Py_ssize_t count = len(owned)
+    cdef cnp.ndarray first = _new_int64(count)
+    cdef cnp.ndarray shared = _new_int64(count)
+    PrefixPartners.groups(pointers.data(), lengths.data(), <uint32_t>count, page, share,
+                          <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared))
+    return first, shared
+
+
 # -- wire helpers ----------------------------------------------------------------------
 
 cdef extern from "radixmeta/msgpack_ints.hpp" namespace "radixmeta" nogil:

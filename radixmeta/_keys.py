@@ -144,11 +144,11 @@ def check_key_length(n: int) -> None:
         raise InvalidInputError(msg)
 
 
-def tokens(obj: Any) -> tuple[int, ...]:
-    """Convert a key to a tuple of token ids in ``[0, 2**32)``."""
-    seq = as_sequence(obj, "key")
+def tokens(obj: Any, name: str = "key") -> tuple[int, ...]:
+    """Convert a key to a tuple of token ids in ``[0, 2**32)`` (``name``: for messages)."""
+    seq = as_sequence(obj, name)
     check_key_length(len(seq))  # before converting: a too-long array is never read
-    return _integers(seq, "key", 0, TOKEN_LIMIT - 1, "the token range [0, 2**32)")
+    return _integers(seq, name, 0, TOKEN_LIMIT - 1, "the token range [0, 2**32)")
 
 
 def values(obj: Any, key_length: int) -> tuple[int, ...]:

@@ -2,6 +2,7 @@
 # Included into _core.pyx, whose argument converters it shares.
 
 from radixmeta._meta_tree cimport (
+    MatchPath,
     MetaTree,
     StoredCheck,
     kAllTiers,
@@ -13,7 +14,7 @@ from radixmeta._meta_tree cimport (
     kUnknownParent,
 )
 
-from radixmeta import _blocks
+from radixmeta import _blocks, _holds
 from radixmeta._blocks import BlockStatus
 from radixmeta._keys import PER_BLOCK as _PER_BLOCK, PER_PAGE as _PER_PAGE, check_namespace
 from radixmeta._keys import per_key_tags as _per_key_tags, tags as _checked_tags
@@ -220,6 +221,15 @@ cdef class MetaMatch:
     cdef object _host_lengths
     cdef object _tree_length
     cdef tuple _slots
+    # A cursor (match(..., cursor=True)): the tree, the key and tags as arrays
+    # of their own, the namespace object, and the walk (which the core checks
+    # and completes before a mark trusts it).
+    cdef MetaCore _tree
+    cdef object _key
+    cdef object _tags
+    cdef object _namespace
+    cdef MatchPath _path
+    cdef object _prefix_key
 
     @property
     def lengths(self):
@@ -232,6 +242,12 @@ cdef class MetaMatch:
         if self._host_lengths is None:
             self._host_lengths = self._lengths.copy()
         return self._host_lengths
+
+    @property
+    def prefix_key(self):
+        """A 64-bit key of the longest prefix some live worker matched (None if none did): the
+        same prefix (tokens, tags, namespace) always gives the same key."""
+        return self._prefix_key
 
     @property
     def tree_length(self):
@@ -258,8 +274,43 @@ cdef class MetaMatch:
                 found = i
         return None if found < 0 else (slots[found], int(top))
 
+    def insert(self, worker, *, tier=0):
+        """``tree.insert(key, worker, tier=tier, ...)`` of the matched key, continuing from
+        the match's walk while it still holds (a cursor match only)."""
+        if self._tree is None:
+            raise _holds.no_cursor()
+        return self._tree._mark_from(self, worker, tier, False)
+
+    def hold(self, worker):
+        """``tree.hold(key, worker, ...)`` of the matched key, continuing from the match's
+        walk while it still holds (a cursor match only)."""
+        if self._tree is None:
+            raise _holds.no_cursor()
+        return self._tree._mark_from(self, worker, 0, True)
+
     def __repr__(self):
         return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
+
+
+cdef object _prefix_key_of(const int64_t* lengths, tuple slots, const uint32_t* key,
+                           const uint64_t* tags, uint32_t page, object namespace):
+    """MetaMatch.prefix_key: radixmeta._holds.prefix_key's FNV-1a, in C."""
+    cdef Py_ssize_t i
+    cdef int64_t top = 0
+    for i in range(len(slots)):
+        if lengths[i] > top and slots[i] is not None:
+            top = lengths[i]
+    if top <= 0:
+        return None
+    cdef uint64_t h = 0xCBF29CE484222325u
+    cdef uint64_t prime = 0x100000001B3u
+    cdef size_t first = <size_t>top - page, t
+    h = (h ^ <uint64_t>top) * prime
+    for t in range(first, <size_t>top):
+        h = (h ^ <uint64_t>key[t]) * prime
+    h = (h ^ (0 if tags == NULL else tags[first // page])) * prime
+    h = (h ^ <uint64_t>hash(namespace)) * prime
+    return h
 
 
 cdef class MetaCore:
@@ -429,19 +480,38 @@ cdef class MetaCore:
         finally:
             self._settle_namespaces(ns)
 
-    def match(self, key, *, touch=False, extras=None, namespace=None):
+    def match(self, key, *, touch=False, extras=None, namespace=None, optimistic=True,
+              cursor=False):
         """Every worker's matched length of ``key`` in one walk (see ``MetaMatch``)."""
         cdef const uint32_t* data
         cdef const uint64_t* tags = NULL
         cdef size_t n
         cdef vector[uint32_t] scratch  # not the shared one: match takes no lock
         cdef vector[uint64_t] tag_scratch
-        owner = _load_tokens(key, &scratch, &data, &n)
+        cdef bint keep = cursor is True
+        cdef cnp.ndarray owned
+        tag_owner = None
+        if keep:  # the cursor keeps the key: an array of its own (a uint32 array as it is)
+            owned = _owned_tokens(key)
+            owner = owned
+            data = <const uint32_t*>cnp.PyArray_DATA(owned)
+            n = cnp.PyArray_DIM(owned, 0)
+        else:
+            owner = _load_tokens(key, &scratch, &data, &n)
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
+        if optimistic is not True and optimistic is not False:
+            check_flag("optimistic", optimistic)
+        if not keep and cursor is not False:
+            check_flag("cursor", cursor)
         if extras is not None:
-            tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
-                                   &tag_scratch, &tags)
+            if keep:
+                tag_owner = _owned_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                        "extras")
+                tags = _tags_of(tag_owner)
+            else:
+                tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                       &tag_scratch, &tags)
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
@@ -452,16 +522,121 @@ cdef class MetaCore:
         if tree.host_marks():
             host = _new_int64(count)
             host_data = <int64_t*>cnp.PyArray_DATA(host)
-        cdef uint64_t found = tree.match(
-            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
+        cdef uint64_t found = tree.match(
+            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count,
+            optimistic, &result._path if keep else NULL)
         result._lengths = lengths
         result._host_lengths = host
         result._tree_length = found
         result._slots = slots
+        result._prefix_key = _prefix_key_of(<const int64_t*>cnp.PyArray_DATA(lengths), slots, data,
+                                            tags, tree.page_size(), namespace)
+        if keep:
+            result._tree = self
+            result._key = owner
+            result._tags = tag_owner
+            result._namespace = namespace
         return result
 
-    def match_many(self, keys, *, touch=False, tier=0, extras=None, namespace=None):
+    cdef object _mark_from(self, MetaMatch m, object worker, object tier, bint holding):
+        """MetaMatch.insert and MetaMatch.hold: the mark, along the kept walk if current."""
+        cdef uint32_t w, t = 0, ns
+        cdef cnp.ndarray key = <cnp.ndarray>m._key
+        cdef const uint32_t* data = <const uint32_t*>cnp.PyArray_DATA(key)
+        cdef size_t n = cnp.PyArray_DIM(key, 0)
+        cdef const uint64_t* tags = _tags_of(m._tags)
+        cdef MetaTree* tree = self._tree.get()
+        if m._namespace is None and tier is 0 and _is_live(self._table.slots, worker):
+            # The router's hot path: the key is converted already and no Python
+            # code runs from resolving the worker to the change (so, under the
+            # GIL, no lock is needed); an approximate eviction may still free
+            # another namespace's root, which settling recycles.
+            w = worker.index
+            if holding and self._table.capacities[w] is not None:
+                raise _holds.approximate_hold(worker)
+            if holding:
+                return tree.hold_along(&m._path, 0, data, n, tags, w)
+            try:
+                return tree.insert_along(&m._path, 0, data, n, tags, w, 0)
+            finally:
+                self._settle_namespaces(0)
+        with self._lock:
+            w = self._index(worker)
+            if holding:
+                if self._table.capacities[w] is not None:
+                    raise _holds.approximate_hold(worker)
+            elif tier is not 0:
+                t = _blocks.check_tier(tier)
+            ns = self._namespace_id(m._namespace, True)
+            w = self._index(worker)  # a namespace's __hash__ may have run code that removed it
+            try:
+                if holding:
+                    return tree.hold_along(&m._path, ns, data, n, tags, w)
+                return tree.insert_along(&m._path, ns, data, n, tags, w, t)
+            finally:
+                self._settle_namespaces(ns)
+
+    # -- holds ----------------------------------------------------------------------------
+
+    def hold(self, key, worker, *, extras=None, namespace=None):
+        """Hold every page of ``key`` for exact ``worker`` until ``release``; returns the id."""
+        cdef uint32_t w, ns
+        cdef const uint32_t* data
+        cdef const uint64_t* tags = NULL
+        cdef size_t n
+        cdef vector[uint32_t] scratch
+        cdef vector[uint64_t] tag_scratch
+        with self._lock:
+            w = self._index(worker)
+            if self._table.capacities[w] is not None:
+                raise _holds.approximate_hold(worker)
+            owner = _load_tokens(key, &scratch, &data, &n)
+            if extras is not None:
+                tag_owner = _load_tags(extras, n // self._tree.get().page_size(), _PER_PAGE,
+                                       &tag_scratch, &tags)
+            ns = self._namespace_id(namespace, True)
+            try:
+                w = self._index(worker)  # conversion may have run code that removed it
+                return self._tree.get().hold(ns, data, n, tags, w)
+            finally:
+                self._settle_namespaces(ns)
+
+    def release(self, hold):
+        """End a hold; returns the pages its worker no longer holds by any hold."""
+        if type(hold) is int and 0 <= hold < _holds.HOLD_LIMIT:  # no Python code runs
+            if not self._tree.get().has_hold(hold):
+                raise _holds.stale_hold(hold)
+            try:
+                return self._tree.get().release(hold)
+            finally:
+                self._settle_namespaces(0)
+        with self._lock:
+            h = _holds.check_hold(hold)
+            if h >= _holds.HOLD_LIMIT or not self._tree.get().has_hold(h):
+                raise _holds.stale_hold(h)
+            try:
+                return self._tree.get().release(h)
+            finally:
+                self._settle_namespaces(0)
+
+    @property
+    def has_host_pages(self):
+        """Whether some worker holds some page on the host (else ``host_lengths`` are ``lengths``)."""
+        return self._tree.get().host_marks() != 0
+
+    @property
+    def hold_count(self):
+        """Holds not released yet."""
+        return self._tree.get().hold_count()
+
+    def hold_tokens(self, worker):
+        """Tokens of the pages ``worker`` holds by some hold."""
+        with self._lock:
+            return self._tree.get().hold_tokens(self._index(worker))
+
+    def match_many(self, keys, *, touch=False, tier=0, extras=None, namespace=None,
+                   optimistic=True):
         """Matched lengths of many keys: an int64 array of shape (len(keys), n_workers)."""
         cdef const uint32_t* data
         cdef size_t n
@@ -476,6 +651,8 @@ cdef class MetaCore:
         if touch is not False and touch is not True:
             raise InputTypeError(f"touch must be a bool, got {type(touch).__name__}")
         cdef uint32_t t = 0 if tier is 0 else _blocks.check_tier(tier)
+        if optimistic is not True and optimistic is not False:
+            check_flag("optimistic", optimistic)
         cdef uint32_t page = self._tree.get().page_size()
         tag_rows = _per_key_tags(extras, len(converted))
         owned_tags = [
@@ -499,10 +676,10 @@ cdef class MetaCore:
             owner = _load_tokens(converted[row], &scratch, &data, &n)
             if either:
                 tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, device.data(),
-                           base + row * count, count)
+                           base + row * count, count, optimistic, NULL)
             else:
                 tree.match(ns, data, n, _tags_of(owned_tags[row]), touch, base + row * count,
-                           NULL, count)
+                           NULL, count, optimistic, NULL)
         return out
 
     def items(self, worker=None):

@@ -31,6 +31,9 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
 
     cdef uint32_t kAllTiers "radixmeta::MetaTree::kAllTiers"
 
+    cdef cppclass MatchPath:
+        MatchPath()
+
     cdef cppclass MetaTree:
         MetaTree(uint32_t page_size) except +
         uint32_t page_size()
@@ -51,7 +54,18 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
                         uint32_t w, uint64_t start, uint32_t tier) except +
         uint64_t match(uint32_t ns, const uint32_t* key, uint64_t n, const uint64_t* tags,
                        bool touch, int64_t* lengths, int64_t* host_lengths,
-                       uint32_t slots) except +
+                       uint32_t slots, bool overlay, MatchPath* path) except +
+        uint64_t hold(uint32_t ns, const uint32_t* key, uint64_t n, const uint64_t* tags,
+                      uint32_t w) except +
+        uint64_t hold_along(MatchPath* path, uint32_t ns, const uint32_t* key, uint64_t n,
+                            const uint64_t* tags, uint32_t w) except +
+        uint64_t insert_along(MatchPath* path, uint32_t ns, const uint32_t* key,
+                              uint64_t n, const uint64_t* tags, uint32_t w,
+                              uint32_t tier) except +
+        bool has_hold(uint64_t id)
+        uint64_t release(uint64_t id) except +
+        uint64_t hold_count()
+        uint64_t hold_tokens(uint32_t w)
         StoredCheck check_stored(uint32_t w, uint32_t ns, bool has_parent, uint64_t parent,
                                  const uint64_t* hashes, uint32_t n_blocks,
                                  const uint32_t* tokens, const uint64_t* tags) except +

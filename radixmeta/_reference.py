@@ -32,6 +32,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from radixmeta import _keys
 from radixmeta._atomic import atomic
@@ -717,3 +718,71 @@ class CacheCore:
         _require(evictable == self._evictable, "evictable_size is wrong")
         _require(protected == self._protected, "protected_size is wrong")
         _require(nodes == self._nodes, "node_count is wrong")
+
+
+def prefix_partners(
+    keys: Any, page_size: Any
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per key of a batch: the first earlier key sharing the most whole pages with it.
+
+    The definition the native trie implements: for key ``i``, ``shared[i]`` is
+    the longest whole-page common prefix of key ``i`` with any earlier key, and
+    ``partner[i]`` the first earlier key with that much (``-1`` when it is 0).
+
+    Parameters
+    ----------
+    keys : sequence of keys
+    page_size : int
+
+    Returns
+    -------
+    tuple of two numpy.ndarray
+        ``(partner, shared)``, ``int64``, one entry per key.
+    """
+    page = check_page_size(page_size)
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        msg = f"keys must be a sequence of keys, got {type(keys).__name__}"
+        raise InputTypeError(msg)
+    arrays = [np.array(_keys.tokens(k), dtype=np.int64) for k in keys]
+    partner = np.full(len(arrays), -1, dtype=np.int64)
+    shared = np.zeros(len(arrays), dtype=np.int64)
+    for i, key in enumerate(arrays):
+        for j in range(i):
+            n = min(len(key), len(arrays[j]))
+            differ = np.flatnonzero(key[:n] != arrays[j][:n])
+            m = int(differ[0]) if len(differ) else n
+            m -= m % page
+            if m > shared[i]:
+                shared[i], partner[i] = m, j
+    return partner, shared
+
+
+def prefix_groups(
+    keys: Any, page_size: Any, ratio: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The batch's shared-prefix groups, from the links of :func:`prefix_partners`.
+
+    Key ``i`` joins its partner's group when they share at least one page and
+    at least ``ratio`` of the shorter key's whole pages; a partner comes
+    before its key, so one pass settles every group.
+
+    Returns
+    -------
+    tuple of two numpy.ndarray
+        ``(first, shared)``, ``int64``: per key the first key of its group; per
+        first key the tokens every key of its group shares (the smallest link),
+        0 for a key alone.
+    """
+    page = check_page_size(page_size)
+    partner, common = prefix_partners(keys, page)
+    lengths = [len(_keys.tokens(k)) // page * page for k in keys]
+    first = np.arange(len(lengths), dtype=np.int64)
+    shared = np.zeros(len(lengths), dtype=np.int64)
+    for i, (j, length) in enumerate(zip(partner.tolist(), common.tolist(), strict=True)):
+        if j < 0 or length < page or length < ratio * min(lengths[i], lengths[j]):
+            continue
+        f = int(first[j])
+        first[i] = f
+        shared[f] = length if shared[f] == 0 else min(int(shared[f]), length)
+    return first, shared
+

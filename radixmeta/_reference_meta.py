@@ -35,6 +35,12 @@ Rules both implementations share (``docs/metatree.md`` rules 1-6, made exact):
 * **Extra tags.** A page is its tokens and its tag (0 for none). A tagged page
   is always a node of one page carrying the tag; a node of several pages is
   untagged. Children are keyed by (first page, tag); children sort by that key.
+* **Holds** (the router's optimistic marks) are apart from the marks: each node
+  a hold covers counts it per worker (``holds``). A hold covers whole nodes
+  from the root to its key's end: it cuts the node its key ends or leaves the
+  tree inside, and adds the pages missing (held by nobody). A node lives while
+  it has holders, holds or children. A match counts holds unless told not to;
+  nothing else (held tokens, dumps, items' holders, block maps) sees them.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta import _blocks, _keys
+from radixmeta import _blocks, _holds, _keys
 from radixmeta._atomic import atomic
 from radixmeta._keys import PER_PAGE as _PER_PAGE
 from radixmeta._types import DumpRecord, MetaItem
@@ -88,6 +94,7 @@ class _MetaNode:
         "hashes",
         "depth",
         "namespace",
+        "holds",
     )
 
     def __init__(
@@ -109,6 +116,7 @@ class _MetaNode:
         self.stamps: dict[int, int] = {}  # approximate holders -> last access
         self.hashes: dict[int, int] = {}  # worker index -> block hash naming this page
         self.depth = depth  # tokens from the root to the END of this node
+        self.holds: dict[int, int] = {}  # worker index -> holds covering this node
 
 
 class MetaMatch:
@@ -125,7 +133,7 @@ class MetaMatch:
         How much of the key is in the tree at all.
     """
 
-    __slots__ = ("_lengths", "_host_lengths", "_tree_length", "_slots")
+    __slots__ = ("_lengths", "_host_lengths", "_tree_length", "_slots", "_cursor", "_prefix_key")
 
     def __init__(
         self,
@@ -133,11 +141,15 @@ class MetaMatch:
         host_lengths: npt.NDArray[np.int64],
         tree_length: int,
         slots: tuple[WorkerId | None, ...],
+        cursor: tuple[MetaCore, Tokens, Tags, Hashable] | None = None,
+        prefix_key: int | None = None,
     ) -> None:
         self._lengths = lengths
         self._host_lengths = host_lengths
         self._tree_length = tree_length
         self._slots = slots
+        self._cursor = cursor  # (tree, key, tags, namespace) of a cursor match
+        self._prefix_key = prefix_key
 
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
@@ -153,6 +165,17 @@ class MetaMatch:
     def tree_length(self) -> int:
         """How much of the key is in the tree at all (held, or leading to held pages)."""
         return self._tree_length
+
+    @property
+    def prefix_key(self) -> int | None:
+        """A 64-bit key of the longest prefix some live worker matched (None if none did).
+
+        The same prefix (tokens, tags, namespace) always gives the same key:
+        a hash of its length, its last page and that page's tag, and the
+        namespace (see ``radixmeta._holds.prefix_key``), so two prefixes of
+        one length that end in the same page share one.
+        """
+        return self._prefix_key
 
     def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker``, which must have been live when the match was made.
@@ -192,6 +215,39 @@ class MetaMatch:
         """
         return best_of(self._slots, self.lengths)
 
+    def insert(self, worker: WorkerId, *, tier: int = 0) -> int:
+        """``tree.insert`` of the matched key for ``worker`` on ``tier`` (a cursor match only).
+
+        The native core continues from the match's walk while it still holds
+        (see the MetaTree page); the result is that of a fresh ``insert`` either way.
+
+        Raises
+        ------
+        InvalidInputError
+            The match was made without ``cursor=True``.
+        InputTypeError, StaleWorkerError, InvalidInputError
+            A bad worker or tier; nothing changes.
+        """
+        if self._cursor is None:
+            raise _holds.no_cursor()
+        tree, toks, tags, namespace = self._cursor
+        return tree._insert_checked(toks, tags, worker, tier, namespace)
+
+    def hold(self, worker: WorkerId) -> int:
+        """``tree.hold`` of the matched key for ``worker`` (a cursor match only).
+
+        Raises
+        ------
+        InvalidInputError
+            The match was made without ``cursor=True``.
+        InputTypeError, StaleWorkerError, WorkerError
+            A bad or an approximate worker; nothing changes.
+        """
+        if self._cursor is None:
+            raise _holds.no_cursor()
+        tree, toks, tags, namespace = self._cursor
+        return tree._hold_checked(toks, tags, worker, namespace)
+
     def __repr__(self) -> str:
         return f"MetaMatch(tree_length={self.tree_length}, best={self.best()})"
 
@@ -216,6 +272,10 @@ class MetaCore:
         self._held: list[int] = []  # tokens held on the device, per worker index
         self._host_held: list[int] = []  # ... and on the host
         self._blocks: list[dict[int, _MetaNode]] = []  # block hash -> node, per worker index
+        # hold id -> (worker index, the node at the end of its key, or None for no page)
+        self._holds: dict[int, tuple[int, _MetaNode | None]] = {}
+        self._next_hold = 0
+        self._hold_tokens: list[int] = []  # tokens of the nodes some hold covers, per index
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -274,7 +334,9 @@ class MetaCore:
             self._held.append(0)
             self._host_held.append(0)
             self._blocks.append({})
+            self._hold_tokens.append(0)
         self._held[worker.index] = self._host_held[worker.index] = 0
+        self._hold_tokens[worker.index] = 0
         self._blocks[worker.index] = {}
         return worker
 
@@ -297,6 +359,8 @@ class MetaCore:
             ``worker`` is not a live worker of this tree.
         """
         index = self._table.resolve(worker)
+        for hold in sorted(h for h, (i, _) in self._holds.items() if i == index):
+            self._release(hold)  # its holds end first: nothing of it may outlive the index
         tokens = self._drop_all(index, (0, 1))
         self._table.remove(worker)
         return tokens
@@ -539,7 +603,14 @@ class MetaCore:
 
     @atomic
     def match(
-        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+        self,
+        key: Any,
+        *,
+        touch: bool = False,
+        extras: Any = None,
+        namespace: Hashable = None,
+        optimistic: bool = True,
+        cursor: bool = False,
     ) -> MetaMatch:
         """Every worker's matched length of ``key``, in one walk.
 
@@ -558,6 +629,11 @@ class MetaCore:
             means every tag is 0.
         namespace : hashable, default None
             The namespace to match in; in one that holds nothing every length is 0.
+        optimistic : bool, default True
+            Count the pages a worker has a hold on (see :meth:`hold`) as held.
+        cursor : bool, default False
+            Keep the key and the walk, so that ``MetaMatch.insert`` and
+            ``MetaMatch.hold`` mark it for the worker chosen after the match.
 
         Returns
         -------
@@ -566,13 +642,18 @@ class MetaCore:
         Raises
         ------
         InputTypeError, InvalidInputError
-            A bad key, touch, extras or namespace; nothing changes.
+            A bad key, touch, optimistic, cursor, extras or namespace; nothing changes.
         """
         toks = _keys.tokens(key)
         touch = _check_touch(touch)
+        optimistic = _keys.check_flag("optimistic", optimistic)
+        cursor = _keys.check_flag("cursor", cursor)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
-        return self._match(toks, tags, touch, namespace)
+        m = self._match(toks, tags, touch, namespace, optimistic)
+        if cursor:
+            m._cursor = (self, toks, tags, namespace)
+        return m
 
     @atomic
     def match_many(
@@ -583,6 +664,7 @@ class MetaCore:
         tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
+        optimistic: bool = True,
     ) -> npt.NDArray[np.int64]:
         """Matched lengths of many keys, as ``match`` would give them one after the other.
 
@@ -597,6 +679,8 @@ class MetaCore:
             One entry per key: its extra tags (as ``match`` takes them) or None.
         namespace : hashable, default None
             The namespace of every key.
+        optimistic : bool, default True
+            Count holds, as ``match`` does.
 
         Returns
         -------
@@ -623,12 +707,13 @@ class MetaCore:
         converted = [_keys.tokens(row) for row in rows]
         touch = _check_touch(touch)
         tier = _blocks.check_tier(tier)
+        optimistic = _keys.check_flag("optimistic", optimistic)
         per_key = _keys.per_key_tags(extras, len(converted))
         tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), len(self._table.slots)), dtype=np.int64)
         for r, toks in enumerate(converted):
-            m = self._match(toks, tags[r], touch, namespace)
+            m = self._match(toks, tags[r], touch, namespace, optimistic)
             out[r] = m.lengths if tier == 0 else m.host_lengths
         return out
 
@@ -636,7 +721,9 @@ class MetaCore:
         """A key's extra tags, one per whole page (None: all 0)."""
         return _keys.tags(extras, len(toks) // self._page_size, _PER_PAGE, name)
 
-    def _match(self, toks: Tokens, tags: Tags, touch: bool, namespace: Hashable) -> MetaMatch:
+    def _match(
+        self, toks: Tokens, tags: Tags, touch: bool, namespace: Hashable, optimistic: bool = True
+    ) -> MetaMatch:
         p = self._page_size
         n = len(toks) - len(toks) % p
         slots = self._table.slots
@@ -652,10 +739,11 @@ class MetaCore:
             if child is None:
                 break
             m = self._common(child.label, toks, pos, n, tags)
-            counting &= child.holders
+            held = child.holders | child.holds.keys() if optimistic else child.holders
+            counting &= held
             for i in counting:
                 lengths[i] += m
-            either &= child.holders | child.host
+            either &= held | child.host
             for i in either:
                 host_lengths[i] += m
             path.append(child)
@@ -677,7 +765,165 @@ class MetaCore:
                     if x.depth > lengths[i]:
                         break
                     x.stamps[i] = self._clock
-        return MetaMatch(lengths, host_lengths, pos, slots)
+        best = best_of(slots, lengths)
+        top = 0 if best is None else best[1]
+        key = None
+        if top:
+            tag = 0 if tags is None else tags[top // p - 1]
+            key = _holds.prefix_key(top, toks[top - p : top], tag, namespace)
+        return MetaMatch(lengths, host_lengths, pos, slots, prefix_key=key)
+
+    # -- holds: the router's optimistic marks --------------------------------------------------
+    @atomic
+    def hold(
+        self, key: Any, worker: WorkerId, *, extras: Any = None, namespace: Hashable = None
+    ) -> int:
+        """Hold every whole page of ``key`` for exact ``worker`` until :meth:`release`.
+
+        A hold is the router's optimistic mark for a request in flight: a
+        match counts the pages as the worker's (unless ``optimistic=False``),
+        while the worker's marks, held tokens, dump and block map stay what the
+        fleet reported. Holds are counted per (page, worker), so two requests
+        of one prefix hold it twice. The key's pages missing from the tree
+        enter it, held by nobody, and stay while some hold covers them.
+
+        Parameters
+        ----------
+        key : sequence of int or 1-D integer array
+        worker : WorkerId
+            An exact worker (an approximate one's inserts already are the router's model).
+        extras : sequence of int, 1-D integer array, or None
+            One extra tag per whole page of the key, as for :meth:`insert`.
+        namespace : hashable, default None
+
+        Returns
+        -------
+        int
+            The hold's id, for :meth:`release`. Ids are never reused.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError, StaleWorkerError
+            A bad worker, key, extras or namespace; nothing changes.
+        WorkerError
+            ``worker`` is approximate.
+        """
+        index = self._table.resolve(worker)
+        if self._approximate(index):
+            raise _holds.approximate_hold(worker)
+        toks = _keys.tokens(key)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
+        index = self._table.resolve(worker)  # conversion may have run code that removed it
+        return self._hold(toks, tags, index, namespace)
+
+    @atomic
+    def _hold_checked(
+        self, toks: Tokens, tags: Tags, worker: WorkerId, namespace: Hashable
+    ) -> int:
+        """``hold`` of a key and tags converted already (a cursor's)."""
+        index = self._table.resolve(worker)
+        if self._approximate(index):
+            raise _holds.approximate_hold(worker)
+        return self._hold(toks, tags, index, namespace)
+
+    @atomic
+    def _insert_checked(
+        self, toks: Tokens, tags: Tags, worker: WorkerId, tier: int, namespace: Hashable
+    ) -> int:
+        """``insert`` of a key and tags converted already (a cursor's)."""
+        return self.insert(toks, worker, tier=tier, extras=tags, namespace=namespace)
+
+    def _hold(self, toks: Tokens, tags: Tags, index: int, namespace: Hashable) -> int:
+        p = self._page_size
+        n = len(toks) - len(toks) % p
+        last: _MetaNode | None = None
+        if n:
+            root = self._roots.get(namespace)
+            if root is None:
+                root = self._roots[namespace] = _MetaNode(None, (), 0, namespace)
+            node, pos = root, 0
+            while pos < n:
+                child = self._child(node, toks, pos, tags)
+                if child is None:
+                    break
+                m = self._common(child.label, toks, pos, n, tags)
+                if m < len(child.label):
+                    child = self._cut(child, m)  # the key ends or leaves the tree inside it
+                node, pos = child, child.depth
+            if pos < n:
+                node = self._new_path(node, toks, pos, n, tags, None, 0)
+            last = node
+            walk: _MetaNode | None = node
+            while walk is not None and walk.parent is not None:
+                count = walk.holds.get(index, 0)
+                if not count:
+                    self._hold_tokens[index] += len(walk.label)
+                walk.holds[index] = count + 1
+                walk = walk.parent
+        hold = self._next_hold
+        self._next_hold += 1
+        self._holds[hold] = (index, last)
+        return hold
+
+    @atomic
+    def release(self, hold: int) -> int:
+        """End a hold.
+
+        Parameters
+        ----------
+        hold : int
+            An id that :meth:`hold` returned.
+
+        Returns
+        -------
+        int
+            The pages its worker no longer holds by any hold. Nodes left with
+            no holders, no holds and no children are freed.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError
+            ``hold`` is not an integer >= 0.
+        StaleHoldError
+            ``hold`` is not live: released already, its worker removed (which
+            ends its holds), or never handed out.
+        """
+        h = _holds.check_hold(hold)
+        if h not in self._holds:
+            raise _holds.stale_hold(h)
+        return self._release(h)
+
+    def _release(self, hold: int) -> int:
+        index, node = self._holds.pop(hold)
+        pages = 0
+        walk = node
+        while walk is not None and walk.parent is not None:
+            walk.holds[index] -= 1
+            if not walk.holds[index]:
+                del walk.holds[index]
+                self._hold_tokens[index] -= len(walk.label)
+                pages += len(walk.label) // self._page_size
+            walk = walk.parent
+        self._free_unused()
+        return pages
+
+    @property
+    @atomic
+    def has_host_pages(self) -> bool:
+        """Whether some worker holds a page on the host (else host lengths are the lengths)."""
+        return any(self._host_held)
+
+    @property
+    @atomic
+    def hold_count(self) -> int:
+        """Holds not released yet."""
+        return len(self._holds)
+
+    @atomic
+    def hold_tokens(self, worker: WorkerId) -> int:
+        """Tokens of the pages ``worker`` holds by some hold (each page once)."""
+        return self._hold_tokens[self._table.resolve(worker)]
 
     # -- engine block events ----------------------------------------------------------------
     @atomic
@@ -1022,8 +1268,8 @@ class MetaCore:
             total += sys.getsizeof(node) + sys.getsizeof(node.label) + sys.getsizeof(node.children)
             total += sys.getsizeof(node.holders) + sys.getsizeof(node.host)
             total += sys.getsizeof(node.stamps)
-            total += sys.getsizeof(node.hashes)
-        return total
+            total += sys.getsizeof(node.hashes) + sys.getsizeof(node.holds)
+        return total + sys.getsizeof(self._holds)
 
     @atomic
     def check(self) -> None:
@@ -1042,6 +1288,8 @@ class MetaCore:
             _require(namespace is None or bool(root.children), "an emptied namespace kept its root")
         held = [0] * len(self._held)
         host_held = [0] * len(self._held)
+        hold_tokens = [0] * len(self._held)
+        counted: dict[tuple[int, int], int] = {}  # (id of a node, worker index) -> holds
         stamp_keys: list[set[tuple[int, int]]] = [set() for _ in self._held]
         reachable: set[int] = set()
         nodes = 0
@@ -1062,9 +1310,16 @@ class MetaCore:
             _require(node.depth == parent.depth + len(label), "a depth is wrong")
             _require(node.namespace == parent.namespace, "a node is in another namespace")
             _require(
-                bool(node.holders or node.host or node.children),
-                "a node has no holders and no children",
+                bool(node.holders or node.host or node.holds or node.children),
+                "a node has no holders, no holds and no children",
             )
+            for i, count in node.holds.items():
+                _require(count > 0, "a hold count is not positive")
+                live = i < len(slots) and slots[i] is not None
+                exact = live and not self._approximate(i)
+                _require(exact, "a hold of a dead or approximate worker")
+                hold_tokens[i] += len(label)
+                counted[id(node), i] = count
             for i in node.host:
                 _require(i < len(slots) and slots[i] is not None, "a node is held by a dead worker")
                 host_held[i] += len(label)
@@ -1082,6 +1337,17 @@ class MetaCore:
                 _require(len(label) == p, "a hashed page is not a one-page node")
                 _require(self._blocks[i].get(h) is node, "a node's hash does not map back to it")
         _require(nodes == self._nodes, "node_count is wrong")
+        expected: dict[tuple[int, int], int] = {}
+        for hold, (i, last) in self._holds.items():
+            _require(0 <= hold < self._next_hold, "a hold id was never handed out")
+            _require(i < len(slots) and slots[i] is not None, "a hold of a dead worker")
+            walk = last
+            while walk is not None and walk.parent is not None:
+                _require(id(walk) in reachable, "a hold covers a freed node")
+                expected[id(walk), i] = expected.get((id(walk), i), 0) + 1
+                walk = walk.parent
+        _require(counted == expected, "hold counts differ from the holds that cover each node")
+        _require(hold_tokens == self._hold_tokens, "a worker's hold tokens are wrong")
         for i, tokens in enumerate(held):
             _require(self._held[i] == tokens, "a worker's held tokens are wrong")
             _require(self._host_held[i] == host_held[i], "a worker's host tokens are wrong")
@@ -1171,6 +1437,7 @@ class MetaCore:
         self._held = [0] * len(table.capacities)
         self._host_held = [0] * len(table.capacities)
         self._blocks = [{} for _ in table.capacities]
+        self._hold_tokens = [0] * len(table.capacities)
 
     # -- helpers ------------------------------------------------------------------------------
     def _all_nodes(self) -> Iterator[_MetaNode]:
@@ -1244,6 +1511,7 @@ class MetaCore:
         upper.holders = set(node.holders)
         upper.host = set(node.host)
         upper.stamps = dict(node.stamps)
+        upper.holds = dict(node.holds)  # the same holds cover both parts
         parent.children[node.label[:p], 0] = upper
         node.label = node.label[m:]
         node.parent = upper
@@ -1373,7 +1641,8 @@ class MetaCore:
         p = self._page_size
         for node in reversed(list(self._all_nodes())):
             parent = node.parent
-            if parent is not None and not (node.holders or node.host or node.children):
+            used = node.holders or node.host or node.holds or node.children
+            if parent is not None and not used:
                 del parent.children[node.label[:p], node.tag]
                 node.parent = None
                 self._nodes -= 1

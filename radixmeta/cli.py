@@ -1,9 +1,15 @@
-"""The ``radixmeta`` console script.
+"""The ``radixmeta`` console script (also ``python -m radixmeta``).
 
-``radixmeta listen`` subscribes to a live fleet's KV-event streams (vLLM,
-SGLang, or radixmeta's own), replays them into a MetaTree and shows a live table
-per worker; ``--json-out`` writes the final state, ``--metrics-port`` serves it
-to Prometheus. ``python -m radixmeta`` stays the demonstration.
+- ``radixmeta simulate`` runs the simulator (:mod:`radixmeta.sim`): with no
+  arguments, the built-in generated shared-prefix workload on 4 workers under
+  every policy, and a comparison table.
+- ``radixmeta reproduce a4`` reproduces the SGLang paper's appendix A.4 on MMLU.
+- ``radixmeta listen`` subscribes to a live fleet's KV-event streams (vLLM,
+  SGLang, or radixmeta's own), replays them into a MetaTree and shows a live
+  table per worker; ``--json-out`` writes the final state, ``--metrics-port``
+  serves it to Prometheus.
+- ``radixmeta demo`` is a short demonstration of RadixCache and MetaTree with
+  timings (:mod:`radixmeta.demo`).
 """
 
 from __future__ import annotations
@@ -44,10 +50,38 @@ _COLUMNS = (
 
 
 def _parser() -> argparse.ArgumentParser:
+    from radixmeta.sim.commands import add_simulate_arguments
+
     parser = argparse.ArgumentParser(
-        prog="radixmeta", description="Prefix trees for LLM serving: router-side tools."
+        prog="radixmeta",
+        description="Prefix trees for LLM serving: simulate routing policies, watch a fleet.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    simulate = sub.add_parser(
+        "simulate",
+        help="simulate a data-parallel fleet behind the router and compare policies",
+        description=(
+            "Simulate workers (real RadixCaches and EventLogs) behind a real Router on a "
+            "workload and print a comparison table. With no arguments: the gsp workload "
+            "(generated shared-prefix groups), 4 workers, every policy."
+        ),
+    )
+    add_simulate_arguments(simulate)
+    reproduce = sub.add_parser(
+        "reproduce",
+        help="reproduce a published result (a4: SGLang's data-parallel MMLU experiment)",
+        description=(
+            "Reproduce the SGLang paper's appendix A.4: MMLU's questions as one batch on 4 "
+            "workers; prints each claim beside what the simulator measures."
+        ),
+    )
+    reproduce.add_argument("experiment", choices=("a4",))
+    add_simulate_arguments(reproduce, reproduce=True)
+    sub.add_parser(
+        "demo",
+        help="a short demonstration of RadixCache and MetaTree with timings",
+        add_help=False,
+    ).add_argument("demo_args", nargs=argparse.REMAINDER)
     listen = sub.add_parser(
         "listen",
         help="watch a fleet's KV-event streams through a MetaTree",
@@ -104,8 +138,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the console script; returns its exit code (2 for a usage or input error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:  # the demonstration parses its own options
+        from radixmeta import demo
+
+        return demo.main(argv[1:])
     args = _parser().parse_args(argv)
     try:
+        if args.command in ("simulate", "reproduce"):
+            from radixmeta.sim import commands
+
+            return (
+                commands.simulate(args)
+                if args.command == "simulate"
+                else commands.reproduce_a4(args)
+            )
         return _listen(args)
     except RadixMetaError as exc:
         print(f"radixmeta {args.command}: {exc}", file=sys.stderr)

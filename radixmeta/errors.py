@@ -16,6 +16,7 @@ __all__ = [
     "NodeError",
     "StaleNodeError",
     "ForeignNodeError",
+    "StaleHoldError",
     "LockError",
     "CacheFullError",
     "WorkerError",
@@ -33,6 +34,11 @@ __all__ = [
     "PolicyError",
     "UnsupportedConfigurationError",
     "UnsupportedVersionError",
+    "RouterError",
+    "NoWorkerError",
+    "DuplicateRequestError",
+    "UnknownRequestError",
+    "RouterClosedError",
 ]
 
 
@@ -62,6 +68,14 @@ class StaleNodeError(NodeError):
 
 class ForeignNodeError(NodeError):
     """The handle belongs to a different tree."""
+
+
+class StaleHoldError(NodeError):
+    """A hold id of :meth:`MetaTree.release <radixmeta.MetaTree.release>` names no live hold.
+
+    It was released already, its worker was removed (which ends its holds), or
+    the id never came from this tree's ``hold``.
+    """
 
 
 class LockError(RadixMetaError, RuntimeError):
@@ -165,7 +179,10 @@ class PolicyError(RadixMetaError, ValueError):
     policy or a parameter the policy does not take, by a policy's constructor for a
     parameter value out of its range (a negative threshold, an unknown load
     measure), and by :func:`radixmeta.policies.costs.prefill_model` for an unknown
-    model name. A parameter of the wrong type is an :class:`InputTypeError`.
+    model name. A parameter of the wrong type is an :class:`InputTypeError`. Also
+    raised by :class:`~radixmeta.Router` when a policy's ``choose`` (or
+    ``choose_batch``) returns something other than a worker of its view, or the
+    wrong number of choices.
     """
 
 
@@ -185,3 +202,29 @@ class UnsupportedVersionError(RadixMetaError, RuntimeError):
     The message names the release found and the releases the integration is
     tested with.
     """
+
+
+class RouterError(RadixMetaError):
+    """Base class of the errors of :class:`~radixmeta.Router` itself.
+
+    A router call that raises changes nothing: no load is counted, no page
+    marked, no request id taken.
+    """
+
+
+class NoWorkerError(RouterError, RuntimeError):
+    """``dispatch`` found no worker to choose: none is registered, or every one is down."""
+
+
+class DuplicateRequestError(RouterError, ValueError):
+    """A request id is already in flight (dispatched and not finished), or repeats in a batch."""
+
+
+class UnknownRequestError(RouterError, LookupError):
+    """A request id names no request in flight: never dispatched, finished, expired, or
+    dropped with its worker."""
+
+
+class RouterClosedError(RouterError, RuntimeError):
+    """A :class:`~radixmeta.Router` was asked to dispatch or subscribe after ``close()``."""
+

@@ -115,6 +115,13 @@ class FleetSubscription:
         worker is cleared and marked stale, as one that serves no snapshot.
     restart_window : int, default 16
         See :class:`~radixmeta.events.Replayer`.
+    replayer : Replayer, optional
+        Feed this replayer (and its tree, whose page size must be
+        ``block_size``) instead of a tree and replayer of the subscription's
+        own: how a :class:`~radixmeta.Router` subscribes. Its owner registers
+        the workers in the tree, sets where it asks for replays (this
+        subscription is a :class:`~radixmeta.events.ReplaySource` for its
+        workers) and chose its ``restart_window``, so that argument is unused.
     **subscriber_options
         Passed to :class:`~radixmeta.transport.ZmqSubscriber` (``hwm``, ``context``...).
 
@@ -144,6 +151,7 @@ class FleetSubscription:
         replay_timeout: float = 1.0,
         snapshot_timeout: float | None = None,
         restart_window: int = 16,
+        replayer: Replayer | None = None,
         **subscriber_options: Any,
     ) -> None:
         if codec not in CODECS:
@@ -157,9 +165,15 @@ class FleetSubscription:
                 # vLLM and SGLang keep no snapshot: asking would only cost the timeout.
                 msg = f"worker {w.name!r}: only the native codec's publishers serve snapshots"
                 raise InvalidInputError(msg)
+        if replayer is not None and replayer.tree.page_size != block_size:
+            msg = (
+                f"block_size {block_size} differs from the page size "
+                f"{replayer.tree.page_size} of the replayer's tree"
+            )
+            raise InvalidInputError(msg)
         self.codec = codec
         self._decode = CODECS[codec]
-        self.tree = MetaTree(block_size)
+        self.tree = MetaTree(block_size) if replayer is None else replayer.tree
         self.replay_timeout = replay_timeout
         self.snapshot_timeout = replay_timeout if snapshot_timeout is None else snapshot_timeout
         self.decode_errors = 0
@@ -177,7 +191,8 @@ class FleetSubscription:
             declared = codec == "native" if w.snapshot is None else w.snapshot
             asks = declared and w.replay is not None
             for rank, (endpoint, replay) in enumerate(zip(ranks, replay_ranks, strict=True)):
-                self.tree.add_worker(w.name, rank)
+                if replayer is None:  # else the replayer's owner registered its workers
+                    self.tree.add_worker(w.name, rank)
                 self.sources.append((w.name, rank))
                 live.append(endpoint)
                 replays.append(replay)
@@ -187,7 +202,9 @@ class FleetSubscription:
         self.subscriber = ZmqSubscriber(
             live, topic=topic, replay_endpoints=replays, **subscriber_options
         )
-        self.replayer = Replayer(self.tree, source=self, restart_window=restart_window)
+        if replayer is None:
+            replayer = Replayer(self.tree, source=self, restart_window=restart_window)
+        self.replayer = replayer
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self, timeout: float | None = 0.0, *, max_messages: int | None = None) -> int:

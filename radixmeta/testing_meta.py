@@ -35,6 +35,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 from hypothesis import strategies as st
 
-from radixmeta import _blocks, _keys
+from radixmeta import _blocks, _holds, _keys
 from radixmeta._types import DumpRecord
 from radixmeta._workers import WorkerId, WorkerTable, best_of, resolve_in
 from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError
@@ -89,6 +90,10 @@ class BruteForceMetaMatch:
     host_lengths: npt.NDArray[np.int64]
     tree_length: int
     slots: tuple[WorkerId | None, ...]
+    #: (model, key, tags, namespace) of a cursor match, else None.
+    cursor: tuple[BruteForceMetaTree, Tokens, tuple[int, ...], Hashable] | None = None
+    #: A key of the longest prefix some live worker matched (see ``MetaMatch.prefix_key``).
+    prefix_key: int | None = None
 
     def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker`` (which must have been live at the match) on ``tier``."""
@@ -98,6 +103,23 @@ class BruteForceMetaMatch:
     def best(self) -> tuple[WorkerId, int] | None:
         """The live worker with the greatest length, lowest index on ties; None without workers."""
         return best_of(self.slots, self.lengths)
+
+    def insert(self, worker: WorkerId, *, tier: int = 0) -> int:
+        """``insert`` of the matched key (a cursor match only)."""
+        if self.cursor is None:
+            raise _holds.no_cursor()
+        model, toks, tags, namespace = self.cursor
+        return model.insert(toks, worker, tier=tier, extras=tags, namespace=namespace)
+
+    def hold(self, worker: WorkerId) -> int:
+        """``hold`` of the matched key (a cursor match only)."""
+        if self.cursor is None:
+            raise _holds.no_cursor()
+        model, toks, tags, namespace = self.cursor
+        index = model._table.resolve(worker)
+        if model._approximate(index):
+            raise _holds.approximate_hold(worker)
+        return model._hold(toks, tags, index, namespace)
 
 
 class BruteForceMetaTree:
@@ -126,7 +148,10 @@ class BruteForceMetaTree:
       fits (the "tree-less model" of the rules);
     * block events resolve hashes through ``blocks``, where a worker names a
       page by one hash at most (a second one is refused); every route that
-      drops a page drops its hash.
+      drops a page drops its hash;
+    * a hold is its worker and its key's pages; a match counts a worker's
+      page when it holds it or some hold of it covers it, and the tree is the
+      prefix closure of held pages and held-by-hold pages.
 
     It has the public API of ``MetaTree`` except what only a tree has
     (``node_count``, ``memory_usage``, and node boundaries: ``items()`` and
@@ -160,6 +185,8 @@ class BruteForceMetaTree:
         self._host: dict[int, set[Page]] = {}
         self._hashes: dict[int, dict[int, Page]] = {}
         self._namespaces: list[Hashable] = [None]
+        self._holds: dict[int, tuple[int, list[Page]]] = {}  # id -> (worker index, pages)
+        self._next_hold = 0
 
     # -- workers ------------------------------------------------------------------------
     @property
@@ -188,6 +215,8 @@ class BruteForceMetaTree:
     def remove_worker(self, worker: WorkerId) -> int:
         """Forget a worker; returns the tokens it held."""
         index = self._table.resolve(worker)
+        for hold in [h for h, (i, _) in self._holds.items() if i == index]:
+            del self._holds[hold]
         tokens = self._clear(index)
         self._table.remove(worker)
         self._settle_namespaces()
@@ -226,18 +255,26 @@ class BruteForceMetaTree:
         count = len(toks) // self._page_size
         return _keys.tags(extras, count, _keys.PER_PAGE, name) or (0,) * count
 
+    def _every(self) -> list[Iterable[Page]]:
+        """The pages held on either tier, or by a hold, per worker and hold."""
+        held: list[Iterable[Page]] = [*self._pages.values(), *self._host.values()]
+        return held + [pages for _, pages in self._holds.values()]
+
+    def _hold_pages(self, index: int) -> set[Page]:
+        """The pages some hold of worker ``index`` covers."""
+        return {page for i, pages in self._holds.values() if i == index for page in pages}
+
     def _in_tree(self, page: Page) -> bool:
         namespace, toks, tags = page
         return any(
             ns == namespace and q[: len(toks)] == toks and t[: len(tags)] == tags
-            for pages in [*self._pages.values(), *self._host.values()]
+            for pages in self._every()
             for ns, q, t in pages
         )
 
     def _settle_namespaces(self) -> None:
         """Forget the namespaces left without pages; list new ones last (creation order)."""
-        every = [*self._pages.values(), *self._host.values()]
-        held = {page[0] for pages in every for page in pages}
+        held = {page[0] for pages in self._every() for page in pages}
         self._namespaces = [ns for ns in self._namespaces if ns is None or ns in held]
         self._namespaces += [ns for ns in held if ns not in self._namespaces]
 
@@ -345,7 +382,12 @@ class BruteForceMetaTree:
         return removed
 
     def _match(
-        self, toks: Tokens, tags: tuple[int, ...], touch: bool, namespace: Hashable
+        self,
+        toks: Tokens,
+        tags: tuple[int, ...],
+        touch: bool,
+        namespace: Hashable,
+        optimistic: bool = True,
     ) -> BruteForceMetaMatch:
         p = self._page_size
         n = len(toks) // p * p
@@ -362,12 +404,15 @@ class BruteForceMetaTree:
             if w is None:
                 continue
             held = self._pages[i]
+            by_holds = self._hold_pages(i) if optimistic else set()
             count = 0
-            while count < len(pages) and pages[count] in held:
+            while count < len(pages) and (pages[count] in held or pages[count] in by_holds):
                 count += 1
             lengths[i] = count * p
             count = 0
-            while count < len(pages) and self._holds_any(i, pages[count]):
+            while count < len(pages) and (
+                self._holds_any(i, pages[count]) or pages[count] in by_holds
+            ):
                 count += 1
             host_lengths[i] = count * p
         if touch:
@@ -376,19 +421,37 @@ class BruteForceMetaTree:
                 if w is not None and self._approximate(i):
                     for page in pages[: int(lengths[i]) // p]:
                         self._pages[i][page] = self._clock
-        return BruteForceMetaMatch(lengths, host_lengths, tree_length, slots)
+        best = best_of(slots, lengths)
+        top = 0 if best is None else best[1]
+        key = None
+        if top:
+            key = _holds.prefix_key(top, toks[top - p : top], tags[top // p - 1], namespace)
+        return BruteForceMetaMatch(lengths, host_lengths, tree_length, slots, prefix_key=key)
 
     def match(
-        self, key: Any, *, touch: bool = False, extras: Any = None, namespace: Hashable = None
+        self,
+        key: Any,
+        *,
+        touch: bool = False,
+        extras: Any = None,
+        namespace: Hashable = None,
+        optimistic: bool = True,
+        cursor: bool = False,
     ) -> BruteForceMetaMatch:
-        """Every worker's matched length of ``key`` (the gap rule)."""
+        """Every worker's matched length of ``key`` (the gap rule; holds count unless
+        ``optimistic=False``)."""
         toks = _keys.tokens(key)
         if not isinstance(touch, bool):
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
+        optimistic = _keys.check_flag("optimistic", optimistic)
+        cursor = _keys.check_flag("cursor", cursor)
         tags = self._key_tags(extras, toks)
         _keys.check_namespace(namespace)
-        return self._match(toks, tags, touch, namespace)
+        m = self._match(toks, tags, touch, namespace, optimistic)
+        if cursor:
+            m = dataclasses.replace(m, cursor=(self, toks, tags, namespace))
+        return m
 
     def match_many(
         self,
@@ -398,6 +461,7 @@ class BruteForceMetaTree:
         tier: int = 0,
         extras: Any = None,
         namespace: Hashable = None,
+        optimistic: bool = True,
     ) -> npt.NDArray[np.int64]:
         """``match`` of each key in order: an int64 array of shape (len(keys), n_workers)."""
         if isinstance(keys, np.ndarray) and keys.ndim == 2 and keys.dtype.kind in "iu":
@@ -412,14 +476,60 @@ class BruteForceMetaTree:
             msg = f"touch must be a bool, got {type(touch).__name__}"
             raise InputTypeError(msg)
         tier = _blocks.check_tier(tier)
+        optimistic = _keys.check_flag("optimistic", optimistic)
         per_key = _keys.per_key_tags(extras, len(converted))
         tags = [self._key_tags(per_key[r], t, f"extras[{r}]") for r, t in enumerate(converted)]
         _keys.check_namespace(namespace)
         out = np.zeros((len(converted), self.n_workers), dtype=np.int64)
         for r, toks in enumerate(converted):
-            m = self._match(toks, tags[r], touch, namespace)
+            m = self._match(toks, tags[r], touch, namespace, optimistic)
             out[r] = m.lengths if tier == 0 else m.host_lengths
         return out
+
+    # -- holds --------------------------------------------------------------------------------
+    def hold(
+        self, key: Any, worker: WorkerId, *, extras: Any = None, namespace: Hashable = None
+    ) -> int:
+        """Hold the key's whole pages for exact ``worker``; returns the hold's id."""
+        index = self._table.resolve(worker)
+        if self._approximate(index):
+            raise _holds.approximate_hold(worker)
+        toks = _keys.tokens(key)
+        tags = self._key_tags(extras, toks)
+        _keys.check_namespace(namespace)
+        return self._hold(toks, tags, index, namespace)
+
+    def _hold(self, toks: Tokens, tags: tuple[int, ...], index: int, namespace: Hashable) -> int:
+        n = len(toks) // self._page_size * self._page_size
+        hold = self._next_hold
+        self._next_hold += 1
+        self._holds[hold] = (index, self._prefixes(namespace, toks, tags, 0, n))
+        self._settle_namespaces()
+        return hold
+
+    def release(self, hold: int) -> int:
+        """End a hold; returns the pages its worker no longer holds by any hold."""
+        h = _holds.check_hold(hold)
+        if h not in self._holds:
+            raise _holds.stale_hold(h)
+        index, pages = self._holds.pop(h)
+        left = self._hold_pages(index)
+        self._settle_namespaces()
+        return len(set(pages) - left)
+
+    @property
+    def has_host_pages(self) -> bool:
+        """Whether some worker holds some page on the host."""
+        return any(self._host.values())
+
+    @property
+    def hold_count(self) -> int:
+        """Holds not released yet."""
+        return len(self._holds)
+
+    def hold_tokens(self, worker: WorkerId) -> int:
+        """Tokens of the pages ``worker`` holds by some hold."""
+        return len(self._hold_pages(self._table.resolve(worker))) * self._page_size
 
     # -- block events -------------------------------------------------------------------------
     def apply_stored(
@@ -577,8 +687,7 @@ class BruteForceMetaTree:
         index = None if worker is None else self._table.resolve(worker)
         slots = self._table.slots
         every: set[Page] = set()
-        held = [*self._pages.values(), *self._host.values()]
-        for ns, q, tags in (q for pages in held for q in pages):
+        for ns, q, tags in (q for pages in self._every() for q in pages):
             every.update(self._prefixes(ns, q, tags, 0, len(q)))
         out = []
         for page in sorted(every, key=self.page_order):
@@ -603,6 +712,9 @@ class BruteForceMetaTree:
     def check(self) -> None:
         """Verify the model's own invariants; raises AssertionError."""
         p = self._page_size
+        for index, _ in self._holds.values():
+            live = index < len(self._table.slots) and self._table.slots[index] is not None
+            assert live and not self._approximate(index), "a hold of a dead or approximate worker"
         for index, pages in self._pages.items():
             host = self._host[index]
             live = index < len(self._table.slots) and self._table.slots[index] is not None

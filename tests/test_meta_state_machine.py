@@ -17,6 +17,12 @@ others of different types, now and then an unhashable one), so namespaces are cr
 emptied (their roots freed) and created again, and a hash stored in one namespace is used
 as a parent in another.
 
+Holds (the router's optimistic marks) come and go between the other calls: made plainly
+or from a cursor match (sometimes after other calls that change the tree, so the native
+core's kept walk must be extended, or is cut, or can no longer be trusted; sometimes twice
+from one match), released, and ended with their worker; a cursor match also inserts.
+Matches count holds or not.
+
 Two machines: a handful of workers, and one that starts with 66 to 70 workers and sends
 most traffic to indices 64 and up, so that worker bitsets cross a 64-bit word.
 """
@@ -96,7 +102,9 @@ def plain(value: Any) -> Any:
     if hasattr(value, "lengths") and hasattr(value, "best"):  # MetaMatch
         lengths, host = value.lengths, value.host_lengths
         found = int(value.tree_length)
-        return ("match", str(lengths.dtype), lengths.tolist(), host.tolist(), found, value.best())
+        key = value.prefix_key
+        best = value.best()
+        return ("match", str(lengths.dtype), lengths.tolist(), host.tolist(), found, best, key)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
     return value
@@ -176,6 +184,7 @@ class MetaMachine(RuleBasedStateMachine):
         pools = meta_key_pools(page_size, min_stems=3, max_stems=6)
         self.stems: list[list[int]] = data.draw(pools, label="stems")
         self.ids: list[WorkerId] = []  # every WorkerId handed out, removed ones included
+        self.holds: list[int] = []  # every hold id handed out, released ones included
         self.named: set[WorkerId] = set()  # workers named since the last invariant
         low, high = self.PRE_ADDED
         count = data.draw(st.integers(low, high), label="pre-added workers")
@@ -305,11 +314,20 @@ class MetaMachine(RuleBasedStateMachine):
         kw["tier"] = tier
         self.call(lambda t: t.remove(toks, w, **kw))
 
-    @rule(key=KEYS, touch=TOUCH, who=WHO, ns=NAMESPACE, tags=TAGS)
-    def match(self, key: Any, touch: Any, who: tuple[str, int], ns: Any, tags: Any) -> None:
+    @rule(
+        key=KEYS,
+        touch=TOUCH,
+        who=WHO,
+        ns=NAMESPACE,
+        tags=TAGS,
+        optimistic=st.sampled_from([True, True, False, "yes"]),
+    )
+    def match(
+        self, key: Any, touch: Any, who: tuple[str, int], ns: Any, tags: Any, optimistic: Any
+    ) -> None:
         toks = self.key(key)
         kw = {"namespace": ns, "extras": self.tags(tags, toks)}
-        outcome = self.call(lambda t: t.match(toks, touch=touch, **kw))
+        outcome = self.call(lambda t: t.match(toks, touch=touch, optimistic=optimistic, **kw))
         if outcome[0] == "ok":
             # length_of on a fresh match: a live worker, or the same error everywhere.
             w = self.who(who)
@@ -333,6 +351,82 @@ class MetaMachine(RuleBasedStateMachine):
             rows = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
         kw = {"touch": touch, "namespace": ns, "extras": extras if tagged else None, "tier": tier}
         self.call(lambda t: t.match_many(rows, **kw))
+
+    # -- rules: holds and cursors ----------------------------------------------------------------
+    def record_hold(self, outcome: tuple[Any, ...]) -> None:
+        if outcome[0] == "ok":
+            self.holds.append(outcome[1])
+
+    @rule(who=WHO, key=KEYS, ns=NAMESPACE, tags=TAGS, as_array=st.booleans())
+    def hold(self, who: tuple[str, int], key: Any, ns: Any, tags: Any, as_array: bool) -> None:
+        w, toks = self.who(who), self.key(key)
+        arg = np.array(toks, dtype=np.uint32) if as_array else toks
+        kw = {"namespace": ns, "extras": self.tags(tags, toks)}
+        self.record_hold(self.call(lambda t: t.hold(arg, w, **kw)))
+
+    @precondition(lambda self: bool(self.holds))
+    @rule(pick=st.integers(0, 1000), bad=st.sampled_from([None] * 8 + ["huge", "negative", "str"]))
+    def release(self, pick: int, bad: Any) -> None:
+        hold: Any = self.holds[pick % len(self.holds)]  # maybe released already: stale
+        if bad == "huge":
+            hold = 2**70
+        elif bad == "negative":
+            hold = -1
+        elif bad == "str":
+            hold = "0"
+        self.call(lambda t: t.release(hold))
+
+    @rule(
+        key=KEYS,
+        who=WHO,
+        ns=NAMESPACE,
+        tags=TAGS,
+        kind=st.sampled_from(["hold", "hold", "insert", "insert", "none"]),
+        tier=TIER,
+        between=st.sampled_from([None, None, "insert", "hold", "match", "remove"]),
+        other=KEYS,
+        twice=st.booleans(),
+    )
+    def cursor_mark(
+        self,
+        key: Any,
+        who: tuple[str, int],
+        ns: Any,
+        tags: Any,
+        kind: str,
+        tier: int,
+        between: Any,
+        other: Any,
+        twice: bool,
+    ) -> None:
+        """A cursor match, maybe another call, then a mark from the match (``none``: from a
+        match that kept no cursor, which is refused)."""
+        w, toks = self.who(who), self.key(key)
+        kw = {"namespace": ns, "extras": self.tags(tags, toks)}
+        matches: list[Any] = []
+
+        def keep(t: Any) -> Any:
+            m = t.match(toks, cursor=kind != "none", **kw)
+            matches.append(m)
+            return m
+
+        if self.call(keep)[0] != "ok":
+            return
+        v, rest = self.who(("hot", len(toks))), self.key(other)
+        if between == "insert":
+            self.call(lambda t: t.insert(rest, v))
+        elif between == "hold":
+            self.record_hold(self.call(lambda t: t.hold(rest, v)))
+        elif between == "match":
+            self.call(lambda t: t.match(rest, cursor=True))  # the tree's kept walk is another's
+        elif between == "remove":
+            self.call(lambda t: t.remove(rest, v))
+        for _ in range(2 if twice else 1):
+            mark = iter(matches)
+            if kind == "insert" or (kind == "none" and tier == 1):
+                self.call(lambda t, mark=mark: next(mark).insert(w, tier=tier))
+            else:
+                self.record_hold(self.call(lambda t, mark=mark: next(mark).hold(w)))
 
     # -- rules: block events -------------------------------------------------------------------
     @rule(
@@ -544,6 +638,8 @@ class MetaMachine(RuleBasedStateMachine):
             assert entries == plain_records(self.model._block_entries(w))
             assert tree.capacity_of(w) == self.model.capacity_of(w)
             assert tree.worker(w.name, w.dp_rank) == w
+            assert tree.hold_tokens(w) == self.model.hold_tokens(w)
+            assert tree.hold_count == self.model.hold_count
             for tier in (0, 1):
                 pages = dump_pages(tree, w, tier)
                 if exact or tier == 1:

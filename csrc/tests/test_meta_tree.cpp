@@ -6,6 +6,7 @@
 
 #include "check.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -336,6 +337,214 @@ static void test_random_against_model(uint32_t page, uint32_t workers, uint32_t 
   }
 }
 
+// Holds: counted by a match that asks for them, never by marks, dumps or held
+// tokens; refcounted per (node, worker); their nodes stay while they live.
+static void test_holds() {
+  MetaTree t(2);
+  t.add_worker(0, kNoCapacity);
+  t.add_worker(1, kNoCapacity);
+  t.add_worker(2, 8);  // approximate: no holds
+  const std::vector<Token> a{1, 2, 3, 4, 5, 6}, b{1, 2, 3, 4, 9, 9};
+  CHECK(t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0) == 3);
+  const uint64_t h1 = t.hold(0, b.data(), b.size(), nullptr, 1);
+  CHECK(t.node_count() == 3);  // [1 2 3 4] cut from a's node, and b's own page
+  int64_t lengths[3];
+  t.match(0, b.data(), b.size(), nullptr, false, lengths, nullptr, 3);
+  CHECK(lengths[0] == 4 && lengths[1] == 6 && lengths[2] == 0);
+  t.match(0, b.data(), b.size(), nullptr, false, lengths, nullptr, 3, false);
+  CHECK(lengths[0] == 4 && lengths[1] == 0);  // the marks alone
+  CHECK(t.held_tokens(1, 0) == 0 && t.hold_tokens(1) == 6 && t.hold_count() == 1);
+  const uint64_t h2 = t.hold(0, b.data(), 4, nullptr, 1);
+  CHECK(h2 == h1 + 1 && t.hold_tokens(1) == 6);
+  t.check_invariants();
+  CHECK(t.release(h1) == 1);  // [9 9]; h2 still covers the rest
+  CHECK(!t.has_hold(h1) && t.has_hold(h2) && t.node_count() == 2);
+  t.match(0, b.data(), b.size(), nullptr, false, lengths, nullptr, 3);
+  CHECK(lengths[1] == 4);
+  CHECK(t.release(h2) == 2 && t.hold_tokens(1) == 0 && t.node_count() == 2);  // nodes never merge
+  bool refused = false;
+  try {
+    t.hold(0, a.data(), a.size(), nullptr, 2);
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CHECK(refused && t.hold_count() == 0);
+  const uint64_t empty = t.hold(0, a.data(), 1, nullptr, 1);  // no whole page
+  CHECK(t.release(empty) == 0);
+  // A hold in a new namespace makes its root; releasing it frees the root.
+  const uint64_t h3 = t.hold(4, a.data(), a.size(), nullptr, 1);
+  CHECK(t.root_of(4) != radixmeta::kNoNode && t.node_count() == 3);
+  CHECK(t.release(h3) == 3 && t.root_of(4) == radixmeta::kNoNode);
+  CHECK((t.take_dropped_namespaces() == std::vector<uint32_t>{4}));
+  // Removing a worker ends its holds (its index is reused clean).
+  t.hold(0, b.data(), b.size(), nullptr, 1);
+  t.hold(0, a.data(), a.size(), nullptr, 1);
+  CHECK(t.hold_count() == 2);
+  t.remove_worker(1);
+  CHECK(t.hold_count() == 0 && t.node_count() == 2);
+  t.add_worker(1, kNoCapacity);
+  t.match(0, b.data(), b.size(), nullptr, false, lengths, nullptr, 3);
+  CHECK(lengths[1] == 0);
+  t.check_invariants();
+  CHECK(t.clear_worker(0) == 6 && t.node_count() == 0);
+  t.check_invariants();
+}
+
+// A walk kept across a free: the freed node's id comes back elsewhere with the
+// same length, and a mark along the old walk must not trust it.
+static void test_a_kept_walk_does_not_trust_a_reused_id() {
+  MetaTree t(1);
+  t.add_worker(0, kNoCapacity);
+  const std::vector<Token> a{1, 2, 3}, q{1, 2, 3, 4}, b{7, 8, 9};
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0);
+  int64_t len = 0;
+  radixmeta::MatchPath path;
+  t.match(0, q.data(), q.size(), nullptr, false, &len, nullptr, 1, true, &path);
+  CHECK(len == 3 && path.nodes.size() == 1);
+  t.remove(0, a.data(), a.size(), nullptr, 0, 0, 0);  // frees the node
+  t.insert(0, b.data(), b.size(), nullptr, 0, 0, 0);  // which comes back as [7 8 9]
+  CHECK(t.node(path.nodes[0]).length == 3);
+  t.hold_along(&path, 0, q.data(), q.size(), nullptr, 0);
+  t.match(0, q.data(), q.size(), nullptr, false, &len, nullptr, 1);
+  CHECK(len == 4);
+  t.match(0, b.data(), b.size(), nullptr, false, &len, nullptr, 1, false);
+  CHECK(len == 3 && t.hold_tokens(0) == 4);
+  t.check_invariants();
+}
+
+// Everything observable of a tree: per node its path, holders on each tier
+// and hold counts (per worker below `workers`).
+static std::vector<std::vector<uint64_t>> structure(const MetaTree& t, uint32_t workers) {
+  std::vector<std::vector<uint64_t>> out;
+  std::vector<Token> path;
+  for (uint32_t x : t.nodes_in_order()) {
+    t.path_tokens(x, &path);
+    std::vector<uint64_t> row(path.begin(), path.end());
+    row.push_back(UINT64_MAX);
+    row.push_back(t.node(x).ns);
+    for (uint32_t w = 0; w < workers; ++w) row.push_back(t.holds(w, x, 0) + 2 * t.holds(w, x, 1));
+    for (const auto& e : t.hold_counts(x)) {
+      row.push_back(e.first);
+      row.push_back(e.second);
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+// insert_along and hold_along equal insert and hold, cut for cut, whether the
+// path is current or stale; holds count in matches exactly as a model says.
+static void test_along_equals_walking(uint32_t page, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const uint32_t workers = 4;  // 0 and 1 exact, 2 and 3 approximate
+  MetaTree walking(page), along(page);
+  for (uint32_t w = 0; w < workers; ++w) {
+    const uint64_t capacity = w < 2 ? kNoCapacity : (2 + rng() % 6) * page;
+    walking.add_worker(w, capacity);
+    along.add_worker(w, capacity);
+  }
+  Model model{page, std::vector<std::set<Page>>(workers), std::vector<std::set<Page>>(workers)};
+  std::map<uint64_t, std::pair<uint32_t, std::vector<Page>>> holds;  // id -> (worker, pages)
+  std::vector<std::vector<Token>> pool;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<Token> key;
+    if (!pool.empty() && rng() % 2) key = pool[rng() % pool.size()];
+    key.resize(key.size() / 2);
+    const size_t extra = 1 + rng() % (5 * page);
+    for (size_t j = 0; j < extra; ++j) key.push_back(rng() % 3);
+    pool.push_back(key);
+  }
+  std::vector<int64_t> a(workers), b(workers);
+  radixmeta::MatchPath path;
+  for (int step = 0; step < 2500; ++step) {
+    const auto& key = pool[rng() % pool.size()];
+    const uint32_t w = rng() % workers;
+    const uint32_t ns = rng() % 5 == 0 ? 1 : 0;
+    const size_t whole = key.size() - key.size() % page;
+    Tags tags;
+    if (rng() % 4 == 0)
+      for (size_t i = 0; i < whole / page; ++i) tags.push_back(rng() % 4 == 0 ? 1 : 0);
+    const uint64_t* tp = tags.empty() ? nullptr : tags.data();
+    const uint32_t op = rng() % 6;
+    if (op <= 2) {  // a match that leaves its path, maybe something else, then a mark
+      along.match(ns, key.data(), key.size(), tp, false, b.data(), nullptr, workers, true, &path);
+      if (rng() % 3 == 0) {  // something in between: the path may grow, be cut or go stale
+        const auto& other = pool[rng() % pool.size()];
+        const uint32_t v = rng() % 2;
+        const size_t cut = page * (rng() % (other.size() / page + 1));
+        if (rng() % 3 != 0) {
+          CHECK(walking.insert(0, other.data(), cut, nullptr, v, 0, 0) ==
+                along.insert(0, other.data(), cut, nullptr, v, 0, 0));
+          model.mark(v, 0, std::vector<Token>(other.begin(), other.begin() + cut), {}, 0, true);
+        } else {  // may free nodes (and a freed id may come back elsewhere)
+          CHECK(walking.remove(0, other.data(), other.size(), nullptr, v, cut, 0) ==
+                along.remove(0, other.data(), other.size(), nullptr, v, cut, 0));
+          model.mark(v, 0, other, {}, cut, false);
+          const std::vector<Token> fresh{9, 9, 9, 9, 9, 9, 9, 9};
+          CHECK(walking.insert(0, fresh.data(), fresh.size(), nullptr, v, 0, 0) ==
+                along.insert(0, fresh.data(), fresh.size(), nullptr, v, 0, 0));
+          model.mark(v, 0, fresh, {}, 0, true);
+        }
+      }
+      if (op == 2 && w < 2) {
+        const uint64_t id = walking.hold(ns, key.data(), key.size(), tp, w);
+        CHECK(along.hold_along(&path, ns, key.data(), key.size(), tp, w) == id);
+        std::vector<Page> pages;
+        for (size_t end = page; end <= whole; end += page) pages.push_back(page_of(ns, key, tags, end, page));
+        holds[id] = {w, pages};
+      } else {
+        const uint32_t tier = rng() % 5 == 0 ? 1 : 0;
+        CHECK(walking.insert(ns, key.data(), key.size(), tp, w, 0, tier) ==
+              along.insert_along(&path, ns, key.data(), key.size(), tp, w, tier));
+        if (w < 2) model.mark(w, ns, key, tags, 0, true, tier);
+      }
+    } else if (op == 3 && !holds.empty()) {
+      auto it = holds.begin();
+      std::advance(it, rng() % holds.size());
+      CHECK(walking.release(it->first) == along.release(it->first));
+      holds.erase(it);
+    } else if (op == 4) {
+      const size_t start = page * (rng() % (whole / page + 1));
+      CHECK(walking.remove(ns, key.data(), key.size(), tp, w, start, 0) ==
+            along.remove(ns, key.data(), key.size(), tp, w, start, 0));
+      if (w < 2) model.mark(w, ns, key, tags, start, false);
+    } else {
+      walking.match(ns, key.data(), key.size(), tp, false, a.data(), nullptr, workers);
+      along.match(ns, key.data(), key.size(), tp, false, b.data(), nullptr, workers);
+      CHECK(a == b);
+      for (uint32_t v = 0; v < 2; ++v) {  // exact workers: marks or holds, page by page
+        int64_t n = 0;
+        for (size_t end = page; end <= whole; end += page) {
+          const Page p = page_of(ns, key, tags, end, page);
+          bool held = model.held[v].count(p) != 0;
+          for (const auto& h : holds)
+            held = held || (h.second.first == v &&
+                            std::find(h.second.second.begin(), h.second.second.end(), p) != h.second.second.end());
+          if (!held) break;
+          n = static_cast<int64_t>(end);
+        }
+        CHECK(a[v] == n);
+      }
+    }
+    walking.take_dropped_namespaces();
+    along.take_dropped_namespaces();
+    CHECK(structure(walking, workers) == structure(along, workers));
+    for (uint32_t v = 0; v < workers; ++v) {
+      CHECK(walking.held_tokens(v, 0) == along.held_tokens(v, 0));
+      CHECK(walking.hold_tokens(v) == along.hold_tokens(v));
+    }
+    walking.check_invariants();
+    along.check_invariants();
+    if (failures > 0) return;
+  }
+  for (const auto& h : holds) CHECK(walking.release(h.first) == along.release(h.first));
+  for (uint32_t w = 0; w < workers; ++w) {
+    walking.remove_worker(w);
+    along.remove_worker(w);
+  }
+  CHECK(walking.node_count() == 0 && along.node_count() == 0 && along.hold_count() == 0);
+}
+
 int main() {
   test_example_from_the_docs();
   test_block_events();
@@ -346,6 +555,10 @@ int main() {
   test_tiers();
   test_random_against_model(1, 3, 1);
   test_random_against_model(4, 70, 2);  // holder sets cross a 64-bit word
+  test_holds();
+  test_a_kept_walk_does_not_trust_a_reused_id();
+  test_along_equals_walking(1, 3);
+  test_along_equals_walking(4, 4);
   if (failures != 0) {
     std::fprintf(stderr, "%d meta-tree check(s) failed\n", failures);
     return 1;

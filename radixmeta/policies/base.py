@@ -35,9 +35,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+# Request and View are made per dispatch, so they are slotted but not frozen: a
+# frozen dataclass's __init__ sets each field through object.__setattr__, which
+# tripled their cost. Treat both as read-only (neither was hashable anyway: a
+# Request holds an array, a View lists).
+@dataclass(slots=True)
 class Request:
-    """One request as the router dispatches it.
+    """One request as the router dispatches it (read-only by convention).
 
     Attributes
     ----------
@@ -88,9 +92,12 @@ class EngineLoad:
     running: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class View:
     """The live, up workers and everything a policy may read about them, aligned.
+
+    Read-only: the router builds one per request (per request of a batch), and a
+    policy must not change it or its lists.
 
     Attributes
     ----------

@@ -23,6 +23,7 @@ another worker, which then holds the prefix too: replication, driven by load.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from radixmeta.policies._params import check_number
 from radixmeta.policies.base import Choice, Request, View
@@ -68,8 +69,18 @@ class DefaultPolicy:
         The fraction of a device hit that a host-held token is worth, in ``[0, 1]``
         (Dynamo's default ``host_cache_hit_weight``).
 
+    Notes
+    -----
     Complexity: O(workers) per ``choose``, with at most two prefill-model calls
     per distinct match length.
+
+    Batches: a batch (``Router.dispatch_batch``) is decided whole by :meth:`choose_batch`:
+    the batch's shared-prefix groups are packed onto the workers by the prefill
+    work they bring, largest first, each to the worker it leaves least loaded, and
+    a group larger than half a worker's fair share is cut into pieces of at most a
+    quarter of it (its prefix is then computed once per piece: the replication of
+    a group that would overload one worker; quarters leave the packing enough
+    small pieces to even the workers out).
 
     Examples
     --------
@@ -105,6 +116,64 @@ class DefaultPolicy:
             f"DefaultPolicy(prefill={self._model_name!r}, work_weight={self.work_weight}, "
             f"host_weight={self.host_weight})"
         )
+
+    def choose_batch(
+        self,
+        requests: Sequence[Request],
+        views: Sequence[View],
+        groups: Sequence[tuple[Sequence[int], int]],
+    ) -> list[Choice]:
+        """Decide a batch by packing its prefix groups on the workers (class docstring).
+
+        Work is counted in prompt tokens to compute: a group's shared prefix, less
+        what the worker already holds of it, plus every member's own part. A worker
+        starts with the prefill tokens already queued on it. Each decision's reason
+        is ``"batch"``, with the piece's ``group_tokens`` and the worker's
+        ``worker_tokens`` after it. O(requests + groups x workers).
+        """
+        if not requests:
+            return []
+        workers = views[0].workers
+        n = len(workers)
+        load = [float(q) for q in views[0].prefill_tokens]
+        pieces: list[tuple[float, list[int], int]] = []
+        total = sum(load)
+        for indices, shared in groups:
+            tails = [len(requests[i].tokens) - shared for i in indices]
+            total += shared + sum(tails)
+            pieces.append((shared + sum(tails), list(indices), shared))
+        fair = total / n
+        cap = max(fair / 4.0, 1.0)
+        cut: list[tuple[float, list[int], int]] = []
+        for work, indices, shared in pieces:
+            if work <= fair / 2.0 or len(indices) == 1:
+                cut.append((work, indices, shared))
+                continue
+            run: list[int] = []
+            size = float(shared)
+            for i in indices:
+                own = len(requests[i].tokens) - shared
+                if run and size + own > cap:
+                    cut.append((size, run, shared))
+                    run, size = [], float(shared)
+                run.append(i)
+                size += own
+            cut.append((size, run, shared))
+        cut.sort(key=lambda piece: -piece[0])
+        out: list[Choice | None] = [None] * len(requests)
+        for work, indices, shared in cut:
+            held = views[indices[0]].lengths
+            best, best_after = 0, math.inf
+            for w in range(n):
+                after = load[w] + work - min(held[w], shared)
+                if after < best_after:
+                    best, best_after = w, after
+            load[best] = best_after
+            detail = (("group_tokens", work), ("worker_tokens", best_after))
+            choice = Choice(workers[best], "batch", detail)
+            for i in indices:
+                out[i] = choice
+        return [c for c in out if c is not None]
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the lowest-score worker; reason ``"affinity"``, ``"spill"`` or ``"balance"``.

@@ -44,11 +44,27 @@
 //    a tree with no host marks is never asked for them. An approximate
 //    worker's capacity, recency and eviction concern its device pages only.
 //    A worker names a page by its hash while it holds it on any tier.
+//  * Holds (the router's optimistic marks) are apart from the marks above: a
+//    hold says "worker w is about to hold every page of this key" for a
+//    request in flight, and ends with release(). Each node a hold covers keeps
+//    a count per worker in a side table (only nodes with holds have an entry,
+//    flagged in the node), so marks, dumps, block maps and held tokens never
+//    see a hold, while a match may count them. A hold covers whole nodes from
+//    the root to the node that ends at its key's end, which keeps its id for
+//    as long as the hold lives (a cut makes a new upper node), so release
+//    walks parent links from there: no per-hold list of nodes.
+//  * A match may leave its walk in a MatchPath; insert_along and hold_along
+//    continue from it instead of walking the key again from the root. The
+//    walk stays true while no node was freed since and every node on it keeps
+//    its length (a cut shortens the lower part, which keeps the id); nodes
+//    added since can only extend it, so the mark resumes the walk where it
+//    ended. Checking that costs a read per node on the path, no label compare.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -86,6 +102,19 @@ struct alignas(64) MetaNode {
   uint32_t ns = 0;      // the namespace of the tree the node is in
   bool shared = false;  // some holder names this (one-page) node by `hash`
   bool alive = false;
+  bool overlaid = false;  // some hold covers this node (its counts are in the side table)
+};
+
+// Where a match walked: the nodes it entered, in order, with their lengths
+// then, and how far into the last one it got when the key ended or left the
+// tree inside it. See MetaTree::refresh for when it still holds.
+struct MatchPath {
+  uint64_t frees = UINT64_MAX;  // the tree's count of freed nodes then (never a live count: unset)
+  uint32_t ns = 0;
+  uint64_t n = 0;        // the key's whole-page tokens
+  uint64_t partial = 0;  // tokens matched inside the last node, when the walk ended inside it
+  std::vector<uint32_t> nodes;
+  std::vector<uint32_t> lengths;
 };
 
 // Outcome of validating a stored event against the tree (nothing changed yet).
@@ -172,7 +201,9 @@ class MetaTree {
     return tokens;
   }
 
+  // Forgets worker w: its holds, then its marks. Returns the tokens it held.
   uint64_t remove_worker(uint32_t w) {
+    drop_holds(w);  // before the index can be reused, no count of w may remain
     const uint64_t tokens = clear_worker(w, kAllTiers);
     workers_[w].live = false;
     live_mask_[w / 64] &= ~(uint64_t{1} << (w % 64));
@@ -301,8 +332,12 @@ class MetaTree {
   // into lengths[0, slots) (slots >= the number of worker indices), counting
   // device pages; unless null, host_lengths[0, slots) gets the lengths that
   // count pages held on either tier. Returns how much of the key is in the tree.
+  //
+  // With `overlay`, a page also counts for the workers that have a hold on it.
+  // Unless null, *path gets the walk (for insert_along and hold_along).
   uint64_t match(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
-                 int64_t* lengths, int64_t* host_lengths, uint32_t slots) {
+                 int64_t* lengths, int64_t* host_lengths, uint32_t slots, bool overlay = true,
+                 MatchPath* path = nullptr) {
     detail::check_key_length(n);
     n -= n % page_size_;
     const uint32_t words = static_cast<uint32_t>(std::min<size_t>(live_mask_.size(), (slots + 63) / 64));
@@ -327,19 +362,45 @@ class MetaTree {
       host_alive_ = alive_;
       host_active_ = active_;
     }
-    if (touch) path_.clear();
+    path_.clear();
     uint64_t pos = 0;
     uint64_t partial = 0;  // tokens matched inside the last node, when it ends inside
     const uint32_t root = root_of(ns);
     if (n != 0 && root != kNoNode) {
-      // A tree and key without tags walk with no tag in sight (not even a compare).
+      // A tree and key without tags walk with no tag in sight (not even a compare),
+      // and one without holds reads no hold count.
       const bool tagged = tags != nullptr || tagged_nodes_ != 0;
-      if (host_lengths != nullptr)
-        match_walk<true, true>(root, key, n, tags, touch, lengths, host_lengths, &pos, &partial);
-      else if (tagged)
-        match_walk<true, false>(root, key, n, tags, touch, lengths, nullptr, &pos, &partial);
-      else
-        match_walk<false, false>(root, key, n, nullptr, touch, lengths, nullptr, &pos, &partial);
+      const bool record = touch || path != nullptr;
+      if (overlay && overlaid_nodes_ != 0) {
+        if (host_lengths != nullptr)
+          match_walk<true, true, true>(root, key, n, tags, record, lengths, host_lengths, &pos,
+                                       &partial);
+        else if (tagged)
+          match_walk<true, false, true>(root, key, n, tags, record, lengths, nullptr, &pos,
+                                        &partial);
+        else
+          match_walk<false, false, true>(root, key, n, nullptr, record, lengths, nullptr, &pos,
+                                         &partial);
+      } else if (host_lengths != nullptr) {
+        match_walk<true, true, false>(root, key, n, tags, record, lengths, host_lengths, &pos,
+                                      &partial);
+      } else if (tagged) {
+        match_walk<true, false, false>(root, key, n, tags, record, lengths, nullptr, &pos,
+                                       &partial);
+      } else {
+        match_walk<false, false, false>(root, key, n, nullptr, record, lengths, nullptr, &pos,
+                                        &partial);
+      }
+    }
+    if (path != nullptr) {
+      // Before touch_counted, whose cut (if any) shortens a node of it, as refresh sees.
+      path->frees = frees_;
+      path->ns = ns;
+      path->n = n;
+      path->partial = partial;
+      path->nodes.assign(path_.begin(), path_.end());
+      path->lengths.resize(path_.size());
+      for (size_t i = 0; i < path_.size(); ++i) path->lengths[i] = nodes_[path_[i]].length;
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
@@ -350,6 +411,157 @@ class MetaTree {
           host_lengths[i * 64 + __builtin_ctzll(bits)] = static_cast<int64_t>(pos + partial);
     if (touch) touch_counted(lengths, slots, pos, partial);
     return pos + partial;
+  }
+
+  // ---- holds: the router's optimistic marks --------------------------------
+
+  // The walk of key[0, n) in namespace ns, as match leaves it, without
+  // reading any holder.
+  void walk(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, MatchPath* path) {
+    n -= n % page_size_;
+    path->frees = frees_;
+    path->ns = ns;
+    path->n = n;
+    path->partial = 0;
+    path->nodes.clear();
+    path->lengths.clear();
+    walk_on(path, root_of(ns), 0, key, tags);
+  }
+
+  // Makes `path` (a walk of key[0, n) in namespace ns, tags as for insert)
+  // describe the tree as it is now, if it still can: no node freed since, and
+  // every node on it as long as it was (a node cut since is shorter, and a
+  // freed id may have been reused elsewhere). Nodes added since can only
+  // extend a walk that ended at a node's end, so it walks on from there.
+  // Returns false when the path cannot be trusted (then walk from the root).
+  bool refresh(MatchPath* path, uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags) {
+    if (path->frees != frees_ || path->ns != ns || path->n != n) return false;
+    for (size_t i = 0; i < path->nodes.size(); ++i)
+      if (nodes_[path->nodes[i]].length != path->lengths[i]) return false;
+    if (path->partial != 0) return true;  // it ended inside its last node, which is unchanged
+    const uint32_t from = path->nodes.empty() ? root_of(ns) : path->nodes.back();
+    walk_on(path, from, path->nodes.empty() ? 0 : nodes_[from].depth, key, tags);
+    return true;
+  }
+
+  // Holds every page of key[0, n) in namespace ns (tags as for insert) for
+  // exact worker w until release(); returns the hold's id. The key's pages
+  // that are not in the tree yet enter it, held by nobody else.
+  uint64_t hold(uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags, uint32_t w) {
+    walk(ns, key, n, tags, &scratch_path_);
+    return hold_path(scratch_path_, key, tags, w);
+  }
+
+  // hold(), continuing from the walk in `path` (of this key, namespace and
+  // tags; refreshed first, see refresh) instead of walking from the root.
+  uint64_t hold_along(MatchPath* path, uint32_t ns, const Token* key, uint64_t n,
+                      const uint64_t* tags, uint32_t w) {
+    n -= n % page_size_;
+    if (!refresh(path, ns, key, n, tags)) return hold(ns, key, n, tags, w);
+    return hold_path(*path, key, tags, w);
+  }
+
+  // insert(ns, key, n, tags, w, 0, tier), continuing from the walk in `path`
+  // (of this key, namespace and tags; refreshed first, see refresh):
+  // O(nodes on the path + new pages), with no child lookup or label
+  // comparison for the part the match already walked.
+  uint64_t insert_along(MatchPath* path_in, uint32_t ns, const Token* key, uint64_t n,
+                        const uint64_t* tags, uint32_t w, uint32_t tier) {
+    detail::check_key_length(n);
+    n -= n % page_size_;
+    if (n == 0 || root_of(ns) == kNoNode || !refresh(path_in, ns, key, n, tags))
+      return insert(ns, key, n, tags, w, 0, tier);
+    const MatchPath& path = *path_in;
+    ++clock_;
+    const bool approximate = workers_[w].approximate() && tier == 0;
+    uint64_t newly = 0;
+    uint32_t node = root_of(ns);
+    uint32_t inside = kNoNode;  // the deepest node on the path that ends within the key
+    uint64_t pos = 0;
+    bool ended = false;  // the key ends inside a node of the path
+    // The body of insert's loop (start = 0), on the nodes the match found.
+    for (size_t i = 0; i < path.nodes.size(); ++i) {
+      uint32_t c = path.nodes[i];
+      const bool last = i + 1 == path.nodes.size();
+      const uint64_t m = last && path.partial != 0 ? path.partial : nodes_[c].length;
+      if (m < nodes_[c].length && pos + m < n) c = split(c, static_cast<uint32_t>(m));
+      const uint64_t end = pos + nodes_[c].length;
+      if (!holds(w, c, tier)) {
+        const uint64_t hi = std::min(n, end);
+        uint32_t target = c;
+        if (hi < end) target = split(c, static_cast<uint32_t>(hi - pos));
+        mark(w, target, tier);
+        newly += (hi - pos) / page_size_;
+        if (hi < end) inside = target;
+      } else if (approximate && n < end) {
+        inside = split(c, static_cast<uint32_t>(nodes_[c].length - (end - n)));
+      }
+      if (n < end) {
+        ended = true;
+        break;
+      }
+      node = c;
+      inside = c;
+      pos = end;
+    }
+    if (!ended && pos < n) {
+      inside = add_path(node, key, pos, n, tags, w, tier);
+      newly += (n - pos) / page_size_;
+    }
+    if (approximate) {
+      refresh_chain(w, inside);
+      evict(w);
+    }
+    return newly;
+  }
+
+  bool has_hold(uint64_t id) const { return holds_.contains(id); }
+  uint32_t hold_worker(uint64_t id) const { return holds_.find(id)->worker; }
+
+  // Ends hold `id` (which must exist); returns the pages its worker no
+  // longer holds by any hold. O(nodes from the root to the hold's end).
+  uint64_t release(uint64_t id) {
+    const Hold h = *holds_.find(id);
+    holds_.erase(id);
+    --workers_[h.worker].holds;
+    if (h.node == kNoNode) return 0;
+    uint64_t pages = 0;
+    for (uint32_t x = h.node; nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
+      const uint32_t slot = *overlay_of_.find(x);
+      auto& counts = overlays_[slot].counts;
+      auto it = std::find_if(counts.begin(), counts.end(),
+                             [&](const std::pair<uint32_t, uint32_t>& e) { return e.first == h.worker; });
+      if (--it->second != 0) continue;
+      counts.erase(it);
+      overlays_[slot].workers.reset(h.worker);
+      workers_[h.worker].hold_tokens -= nodes_[x].length;
+      pages += nodes_[x].length / page_size_;
+      if (counts.empty()) free_overlay(x, slot);
+    }
+    prune(h.node);
+    maybe_compact();
+    return pages;
+  }
+
+  // Ends every hold of worker w, oldest first; returns how many.
+  uint64_t drop_holds(uint32_t w) {
+    if (workers_[w].holds == 0) return 0;
+    std::vector<uint64_t> ids;
+    holds_.for_each([&](uint64_t id, const Hold& h) {
+      if (h.worker == w) ids.push_back(id);
+    });
+    std::sort(ids.begin(), ids.end());
+    for (uint64_t id : ids) release(id);
+    return ids.size();
+  }
+
+  uint64_t hold_count() const { return holds_.size(); }
+  // Tokens of the pages that worker w holds by some hold.
+  uint64_t hold_tokens(uint32_t w) const { return workers_[w].hold_tokens; }
+  // Workers holding node x by some hold, with their counts (for items and tests).
+  std::vector<std::pair<uint32_t, uint32_t>> hold_counts(uint32_t x) const {
+    if (!nodes_[x].overlaid) return {};
+    return overlays_[*overlay_of_.find(x)].counts;
   }
 
   // ---- engine block operations -------------------------------------------
@@ -575,12 +787,19 @@ class MetaTree {
                wk.lru.capacity() * sizeof(LruEntry);
     }
     total += workers_.capacity() * sizeof(Worker) + live_mask_.capacity() * 8;
+    total += overlay_of_.memory_bytes() + holds_.memory_bytes() +
+             overlays_.capacity() * sizeof(Overlay) + free_overlays_.capacity() * 4;
+    for (const Overlay& o : overlays_)
+      total += o.counts.capacity() * sizeof(std::pair<uint32_t, uint32_t>) + o.workers.heap_bytes();
     return total;
   }
 
   // Verifies every invariant in O(nodes + marks); throws std::logic_error.
   void check_invariants() const {
     std::vector<uint64_t> held(workers_.size(), 0), host(workers_.size(), 0);
+    std::vector<uint64_t> covered(workers_.size(), 0), live_holds(workers_.size(), 0);
+    std::map<std::pair<uint32_t, uint32_t>, uint32_t> counted, expected;  // (node, worker)
+    uint64_t overlaid = 0;
     std::vector<uint64_t> held_count(workers_.size(), 0);
     uint64_t host_count = 0;
     uint32_t count = 0, tagged = 0;
@@ -612,8 +831,24 @@ class MetaTree {
       ++count;
       tagged += n.extra != 0;
       require(n.length > 0 && n.length % page_size_ == 0, "a label is not whole pages");
-      require(n.holders.any() || n.host.any() || !n.children.empty(),
-              "a node with no holders and no children");
+      require(n.holders.any() || n.host.any() || !n.children.empty() || n.overlaid,
+              "a node with no holders, no holds and no children");
+      if (n.overlaid) {
+        ++overlaid;
+        const uint32_t* slot = overlay_of_.find(x);
+        require(slot != nullptr, "an overlaid node has no hold counts");
+        const Overlay& o = overlays_[*slot];
+        require(!o.counts.empty() && o.workers.count() == o.counts.size(),
+                "a node's hold counts and hold bits differ");
+        for (const auto& e : o.counts) {
+          require(e.second > 0 && o.workers.test(e.first), "a hold count is not positive");
+          require(e.first < workers_.size() && workers_[e.first].live &&
+                      !workers_[e.first].approximate(),
+                  "a node is held by a hold of a dead or approximate worker");
+          counted[{x, e.first}] = e.second;
+          covered[e.first] += n.length;
+        }
+      }
       if (n.shared) {
         ++shared;
         require(n.length == page_size_, "a hashed page is not a one-page node");
@@ -639,12 +874,28 @@ class MetaTree {
       });
     }
     require(count == node_count_, "node_count is wrong");
+    require(overlaid == overlaid_nodes_ && overlaid == overlay_of_.size(),
+            "the count of nodes with holds is wrong");
+    require(overlays_.size() == overlay_of_.size() + free_overlays_.size(),
+            "the hold-count table leaks entries");
+    holds_.for_each([&](uint64_t id, const Hold& h) {
+      require(id < next_hold_, "a hold id was never handed out");
+      require(h.worker < workers_.size() && workers_[h.worker].live, "a hold of a dead worker");
+      ++live_holds[h.worker];
+      if (h.node == kNoNode) return;
+      require(nodes_[h.node].alive, "a hold ends at a freed node");
+      for (uint32_t x = h.node; nodes_[x].parent != kNoNode; x = nodes_[x].parent)
+        ++expected[{x, h.worker}];
+    });
+    require(counted == expected, "hold counts differ from the holds that cover each node");
     require(tagged == tagged_nodes_, "the count of tagged nodes is wrong");
     require(host_count == host_marks_, "the count of host marks is wrong");
     require(shared == shared_.size(), "the shared hash map names nodes nobody names");
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       const Worker& wk = workers_[w];
       require(wk.held_tokens == held[w], "a worker's held tokens are wrong");
+      require(wk.hold_tokens == covered[w], "a worker's hold tokens are wrong");
+      require(wk.holds == live_holds[w], "a worker's count of holds is wrong");
       require(wk.host_tokens == host[w], "a worker's host tokens are wrong");
       require(wk.held_count == held_count[w], "a worker's held node count is wrong");
       require(wk.held_tokens <= wk.capacity, "an approximate worker exceeds its capacity");
@@ -694,6 +945,8 @@ class MetaTree {
     uint64_t held_tokens = 0;               // on the device
     uint64_t host_tokens = 0;
     uint64_t held_count = 0;                // nodes held, on either tier
+    uint64_t hold_tokens = 0;               // tokens of the nodes some hold of w covers
+    uint64_t holds = 0;                     // live holds of w
     std::vector<uint32_t> marked;           // nodes marked since the last compaction (lazy)
     FlatMap<uint32_t, uint64_t> stamps;     // approximate only: held node -> last access
     std::vector<LruEntry> lru;              // approximate only; stale entries skipped
@@ -731,6 +984,7 @@ class MetaTree {
     r.parent = kNoNode;
     r.label = nullptr;
     r.length = r.depth = 0;
+    r.overlaid = false;
     roots_.emplace(ns, RootEntry{x, ++root_serial_});
     return x;
   }
@@ -807,8 +1061,10 @@ class MetaTree {
   // *partial those matched inside the last one. kTags: the key or the tree
   // has tags (a tree without any never needs a tag compared); kHost: the
   // lengths on either tier are wanted too (a second set of workers still in).
-  template <bool kTags, bool kHost>
-  void match_walk(uint32_t root, const Token* key, uint64_t n, const uint64_t* tags, bool touch,
+  // kOverlay: holds count too (the tree has some). `record`: path_ gets the
+  // nodes entered.
+  template <bool kTags, bool kHost, bool kOverlay>
+  void match_walk(uint32_t root, const Token* key, uint64_t n, const uint64_t* tags, bool record,
                   int64_t* lengths, int64_t* host_lengths, uint64_t* pos_out,
                   uint64_t* partial) {
     uint64_t pos = 0;
@@ -820,10 +1076,12 @@ class MetaTree {
       // of cache misses then overlap instead of queueing one behind the other.
       const bool whole = m == cn.length;
       const uint32_t next = whole && pos + m < n ? child_at<kTags>(c, key, pos + m, tags) : kNoNode;
-      if (!active_.empty()) drop_non_holders<false>(cn, pos, lengths, alive_, active_);
+      const LocationSet* held = kOverlay && cn.overlaid ? &overlays_[*overlay_of_.find(c)].workers
+                                                        : nullptr;
+      if (!active_.empty()) drop_non_holders<false>(cn, held, pos, lengths, alive_, active_);
       if (kHost && !host_active_.empty())
-        drop_non_holders<true>(cn, pos, host_lengths, host_alive_, host_active_);
-      if (touch) path_.push_back(c);
+        drop_non_holders<true>(cn, held, pos, host_lengths, host_alive_, host_active_);
+      if (record) path_.push_back(c);
       if (!whole) {
         *partial = m;
         break;
@@ -845,15 +1103,19 @@ class MetaTree {
   // Workers still matching (alive: a bit per index; active: the nonzero
   // words) that do not hold node n on the device (kEither: nor on the host)
   // stop at depth pos.
+  // `held`: the workers with a hold on n, when they count (else null).
   template <bool kEither>
-  static void drop_non_holders(const MetaNode& n, uint64_t pos, int64_t* lengths,
-                               std::vector<uint64_t>& alive, std::vector<uint32_t>& active) {
+  static void drop_non_holders(const MetaNode& n, const LocationSet* held, uint64_t pos,
+                               int64_t* lengths, std::vector<uint64_t>& alive,
+                               std::vector<uint32_t>& active) {
     const uint32_t held_words = n.holders.word_count();
     const uint32_t host_words = kEither ? n.host.word_count() : 0;
+    const uint32_t hold_words = held == nullptr ? 0 : held->word_count();
     size_t keep = 0;
     for (uint32_t i : active) {
       uint64_t have = i < held_words ? n.holders.word(i) : 0;
       if (kEither && i < host_words) have |= n.host.word(i);
+      if (i < hold_words) have |= held->word(i);
       for (uint64_t drop = alive[i] & ~have; drop != 0; drop &= drop - 1)
         lengths[i * 64 + __builtin_ctzll(drop)] = static_cast<int64_t>(pos);
       alive[i] &= have;
@@ -1123,8 +1385,13 @@ class MetaTree {
     un.alive = true;
     un.ns = cn.ns;
     un.extra = 0;  // only untagged nodes have more than one page to cut
+    un.overlaid = false;
     detail::cut_edge(nodes_, c, u, m, page_size_);
     ++node_count_;
+    if (cn.overlaid) {  // both parts are covered by the same holds
+      const uint32_t slot = new_overlay(u);
+      overlays_[slot] = overlays_[*overlay_of_.find(c)];
+    }
     cn.holders.for_each([&](uint32_t w) {  // c is never shared: named nodes are one page
       Worker& wk = workers_[w];
       ++wk.held_count;
@@ -1175,6 +1442,7 @@ class MetaTree {
     xn.length = len;
     xn.depth = nodes_[parent].depth + len;
     xn.alive = true;
+    xn.overlaid = false;
     nodes_[parent].children.add(child_key(key, tag), x);
     ++node_count_;
     return x;
@@ -1184,7 +1452,7 @@ class MetaTree {
   // children, and then the root they led to if that empties a namespace.
   void prune(uint32_t x) {
     while (nodes_[x].parent != kNoNode && nodes_[x].alive && nodes_[x].children.empty() &&
-           !nodes_[x].holders.any() && !nodes_[x].host.any()) {
+           !nodes_[x].holders.any() && !nodes_[x].host.any() && !nodes_[x].overlaid) {
       MetaNode& n = nodes_[x];
       const uint32_t p = n.parent;
       nodes_[p].children.remove(child_key(n.label, n.extra), x);
@@ -1198,6 +1466,7 @@ class MetaTree {
       n.shared = false;
       nodes_.release(x);
       --node_count_;
+      ++frees_;
       x = p;
     }
     MetaNode& r = nodes_[x];
@@ -1207,7 +1476,106 @@ class MetaTree {
       r.alive = false;
       r.children.clear();
       nodes_.release(x);
+      ++frees_;
     }
+  }
+
+  // Walks key[pos, path->n) down from node (kNoNode: nowhere), appending the
+  // nodes entered to *path and setting its partial.
+  void walk_on(MatchPath* path, uint32_t node, uint64_t pos, const Token* key,
+               const uint64_t* tags) {
+    const uint64_t n = path->n;
+    path->partial = 0;
+    while (node != kNoNode && pos < n) {
+      const uint32_t c = find_child(node, key + pos, tag_at(tags, pos));
+      if (c == kNoNode) break;
+      const uint64_t m = common(c, key, pos, n, tags);
+      path->nodes.push_back(c);
+      path->lengths.push_back(nodes_[c].length);
+      if (m < nodes_[c].length) {
+        path->partial = m;
+        break;
+      }
+      pos += m;
+      node = c;
+    }
+  }
+
+  // hold() on a walk that describes the tree: cuts the node the key ends or
+  // leaves the tree inside, adds the pages missing, then counts the hold on
+  // every node from the root to the key's end.
+  uint64_t hold_path(const MatchPath& path, const Token* key, const uint64_t* tags, uint32_t w) {
+    // An approximate worker's inserts are already the router's model of it.
+    if (workers_[w].approximate()) throw std::invalid_argument("radixmeta: a hold needs an exact worker");
+    const uint64_t n = path.n;
+    uint32_t node = kNoNode;
+    if (n != 0) {
+      node = root_of(path.ns);
+      if (node == kNoNode) node = make_root(path.ns);
+      uint64_t pos = 0;
+      for (size_t i = 0; i < path.nodes.size(); ++i) {
+        uint32_t c = path.nodes[i];
+        const bool last = i + 1 == path.nodes.size();
+        if (last && path.partial != 0) c = split(c, static_cast<uint32_t>(path.partial));
+        node = c;
+        pos += nodes_[c].length;
+      }
+      if (pos < n) node = add_path(node, key, pos, n, tags, kNoWorker, 0);
+      for (uint32_t x = node; nodes_[x].parent != kNoNode; x = nodes_[x].parent) {
+        const uint32_t* found = overlay_of_.find(x);
+        const uint32_t slot = found != nullptr ? *found : new_overlay(x);
+        Overlay& o = overlays_[slot];
+        auto it = std::find_if(o.counts.begin(), o.counts.end(),
+                               [&](const std::pair<uint32_t, uint32_t>& e) { return e.first == w; });
+        if (it != o.counts.end()) {
+          ++it->second;
+          continue;
+        }
+        o.counts.emplace_back(w, 1);
+        o.workers.set(w);
+        workers_[w].hold_tokens += nodes_[x].length;
+      }
+    }
+    const uint64_t id = next_hold_++;
+    holds_.put(id, Hold{node, w});
+    ++workers_[w].holds;
+    return id;
+  }
+
+  // An empty hold-count entry for node x (which has none); returns its slot.
+  uint32_t new_overlay(uint32_t x) {
+    uint32_t slot;
+    if (!free_overlays_.empty()) {
+      slot = free_overlays_.back();
+      free_overlays_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(overlays_.size());
+      overlays_.emplace_back();
+    }
+    overlay_of_.put(x, slot);
+    nodes_[x].overlaid = true;
+    ++overlaid_nodes_;
+    return slot;
+  }
+
+  void free_overlay(uint32_t x, uint32_t slot) {
+    overlays_[slot].counts.clear();
+    overlays_[slot].workers.clear();
+    free_overlays_.push_back(slot);
+    overlay_of_.erase(x);
+    nodes_[x].overlaid = false;
+    --overlaid_nodes_;
+  }
+
+  // refresh_path for the nodes from the root down to `deepest` (a node that
+  // ends within the key, or kNoNode): each one w holds takes the current
+  // stamp, root first, as refresh_path gives them.
+  void refresh_chain(uint32_t w, uint32_t deepest) {
+    chain_.clear();
+    for (uint32_t x = deepest; x != kNoNode && nodes_[x].parent != kNoNode; x = nodes_[x].parent)
+      chain_.push_back(x);
+    for (auto it = chain_.rbegin(); it != chain_.rend(); ++it)
+      if (holds(w, *it, 0)) stamp(w, *it);
   }
 
   // Moves labels out of sparse arena chunks once garbage outweighs half the
@@ -1249,6 +1617,26 @@ class MetaTree {
   std::vector<uint64_t> alive_, host_alive_;
   std::vector<uint32_t> active_, host_active_;
   std::vector<uint32_t> path_;
+  std::vector<uint32_t> chain_;
+  MatchPath scratch_path_;
+  // Holds: per node that some hold covers, the workers' counts (a slot of
+  // overlays_, found through overlay_of_; the node's `overlaid` flag says
+  // whether to look), and per hold its worker and the node at its key's end.
+  struct Overlay {
+    LocationSet workers;                                 // those with a count
+    std::vector<std::pair<uint32_t, uint32_t>> counts;  // (worker, holds covering the node)
+  };
+  struct Hold {
+    uint32_t node = kNoNode;  // kNoNode: a hold of no whole page
+    uint32_t worker = 0;
+  };
+  FlatMap<uint32_t, uint32_t> overlay_of_;
+  std::vector<Overlay> overlays_;
+  std::vector<uint32_t> free_overlays_;
+  uint64_t overlaid_nodes_ = 0;
+  FlatMap<uint64_t, Hold> holds_;
+  uint64_t next_hold_ = 0;  // ids are never reused, so a released one stays stale
+  uint64_t frees_ = 0;  // nodes (and roots) freed so far: a MatchPath taken before may name reused ids
   std::vector<uint8_t> repeat_;
   std::vector<uint32_t> landing_;  // check_stored -> apply_stored: blocks' existing nodes
   std::vector<std::pair<uint64_t, uint32_t>> order_;

@@ -1,0 +1,136 @@
+// The shared prefixes within one batch of keys, for the router's batch path.
+//
+// For each key i of a batch: the longest whole-page prefix it shares with an
+// earlier key of the batch, and the first earlier key that shares that much
+// (its "partner"). Requests of a batch that share long prefixes are grouped
+// from these pairs. One compressed trie over the batch, built once: each key is
+// compared with the trie's labels (stored as ranges of the keys themselves,
+// never copied) once along its path, so the cost is O(total tokens), not the
+// O(k log k x shared length) of sorting keys that share long prefixes.
+//
+// Why the partner is the first such key: a trie node's tokens are those of the
+// key that created it (its owner, the first key through its first page), and a
+// key that stops in or at the end of a node shares that much with the owner;
+// any earlier key sharing as much passes through the node's first page, so it
+// is the owner. Cuts keep the owner on both parts.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "paging.hpp"
+
+namespace radixmeta {
+
+class PrefixPartners {
+ public:
+  // keys[i] points at lengths[i] tokens (a tail shorter than a page is
+  // ignored). partner[i] gets the first earlier key sharing the most whole
+  // pages with key i (-1 when none shares a page), shared[i] how many tokens.
+  static void compute(const Token* const* keys, const uint64_t* lengths, uint32_t count,
+                      uint32_t page, int64_t* partner, int64_t* shared) {
+    PrefixPartners trie(keys, page);
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint64_t n = lengths[i] - lengths[i] % page;
+      const uint64_t depth = trie.insert(i, n, &partner[i]);
+      shared[i] = static_cast<int64_t>(depth);
+    }
+  }
+
+  // The batch's shared-prefix groups: key i joins its partner's group when
+  // they share at least one page and at least `ratio` of the shorter key's
+  // whole pages. first[i] gets the first key of i's group; shared[f], for the
+  // first key f of a group, the tokens every key of the group shares (the
+  // smallest link, since lcp(a, c) >= min(lcp(a, b), lcp(b, c))), 0 for a key
+  // alone. A partner comes before its key, so one pass settles every group.
+  static void groups(const Token* const* keys, const uint64_t* lengths, uint32_t count,
+                     uint32_t page, double ratio, int64_t* first, int64_t* shared) {
+    std::vector<int64_t> partner(count), common(count);
+    compute(keys, lengths, count, page, partner.data(), common.data());
+    for (uint32_t i = 0; i < count; ++i) {
+      first[i] = i;
+      shared[i] = 0;
+      const int64_t j = partner[i];
+      if (j < 0) continue;
+      const uint64_t a = lengths[i] - lengths[i] % page, b = lengths[j] - lengths[j] % page;
+      const double shorter = static_cast<double>(std::min(a, b));
+      if (common[i] < static_cast<int64_t>(page) || static_cast<double>(common[i]) < ratio * shorter)
+        continue;
+      const int64_t f = first[j];
+      first[i] = f;
+      shared[f] = shared[f] == 0 ? common[i] : std::min(shared[f], common[i]);
+    }
+  }
+
+ private:
+  struct Node {
+    uint32_t owner;  // the key whose tokens [start, end) label this node
+    uint64_t start;
+    uint64_t end;
+    std::vector<uint32_t> children;
+  };
+
+  PrefixPartners(const Token* const* keys, uint32_t page) : keys_(keys), page_(page) {
+    nodes_.push_back(Node{0, 0, 0, {}});  // the root: no label
+  }
+
+  const Token* label(const Node& x) const { return keys_[x.owner] + x.start; }
+
+  // The child of node x whose first page is key[pos, pos + page), or 0 (the root is never one).
+  uint32_t child(uint32_t x, const Token* key, uint64_t pos) const {
+    for (uint32_t c : nodes_[x].children)
+      if (std::memcmp(label(nodes_[c]), key + pos, size_t{page_} * sizeof(Token)) == 0) return c;
+    return 0;
+  }
+
+  uint32_t add(uint32_t parent, uint32_t owner, uint64_t start, uint64_t end) {
+    nodes_.push_back(Node{owner, start, end, {}});
+    const uint32_t x = static_cast<uint32_t>(nodes_.size() - 1);
+    nodes_[parent].children.push_back(x);
+    return x;
+  }
+
+  // Adds key i (n whole-page tokens); returns the tokens it shares with the
+  // keys before it, and sets *partner (-1 when it shares none).
+  uint64_t insert(uint32_t i, uint64_t n, int64_t* partner) {
+    const Token* key = keys_[i];
+    *partner = -1;
+    uint32_t x = 0;
+    uint64_t pos = 0;
+    while (pos < n) {
+      const uint32_t c = child(x, key, pos);
+      if (c == 0) break;
+      const uint64_t len = nodes_[c].end - nodes_[c].start;
+      const uint64_t limit = std::min(len, n - pos);
+      uint64_t m = page_ + detail::common_prefix(label(nodes_[c]) + page_, key + pos + page_,
+                                                 limit - page_);
+      m -= m % page_;
+      *partner = nodes_[c].owner;
+      if (m < len) {
+        // The key ends or leaves the trie inside c. Only a branch needs a cut
+        // (a key that ends inside shares c's owner's tokens as it is).
+        if (pos + m < n) {
+          const uint32_t lower = static_cast<uint32_t>(nodes_.size());
+          nodes_.push_back(Node{nodes_[c].owner, nodes_[c].start + m, nodes_[c].end, {}});
+          nodes_[lower].children.swap(nodes_[c].children);
+          nodes_[c].end = nodes_[c].start + m;
+          nodes_[c].children.push_back(lower);
+          add(c, i, pos + m, n);
+        }
+        return pos + m;
+      }
+      pos += len;
+      x = c;
+    }
+    if (pos < n) add(x, i, pos, n);
+    return pos;
+  }
+
+  const Token* const* keys_;
+  uint32_t page_;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace radixmeta

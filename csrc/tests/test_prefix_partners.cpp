@@ -1,0 +1,116 @@
+// Tests of the batch prefix trie with g++ alone: random batches of keys that
+// share prefixes of every length, against the brute-force definition.
+#include <radixmeta/prefix_partners.hpp>
+
+#include "check.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+using radixmeta::PrefixPartners;
+using radixmeta::Token;
+
+// The definition: the longest whole-page common prefix with any earlier key,
+// and the first earlier key with that much (-1 when it is 0).
+static void brute_force(const std::vector<std::vector<Token>>& keys, uint32_t page,
+                        std::vector<int64_t>* partner, std::vector<int64_t>* shared) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int64_t best = 0, who = -1;
+    for (size_t j = 0; j < i; ++j) {
+      const size_t n = std::min(keys[i].size(), keys[j].size());
+      size_t m = 0;
+      while (m < n && keys[i][m] == keys[j][m]) ++m;
+      m -= m % page;
+      if (static_cast<int64_t>(m) > best) {
+        best = static_cast<int64_t>(m);
+        who = static_cast<int64_t>(j);
+      }
+    }
+    (*partner)[i] = who;
+    (*shared)[i] = best;
+  }
+}
+
+static void test_random_batches(uint32_t page, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::vector<Token>> keys;
+    const size_t count = 1 + rng() % 24;
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<Token> key;
+      if (!keys.empty() && rng() % 3 != 0) {
+        key = keys[rng() % keys.size()];
+        key.resize(rng() % (key.size() + 1));  // a prefix of an earlier key, cut anywhere
+      }
+      const size_t more = rng() % (6 * page + 1);
+      for (size_t j = 0; j < more; ++j) key.push_back(rng() % 3);
+      keys.push_back(key);
+    }
+    std::vector<const Token*> ptrs;
+    std::vector<uint64_t> lengths;
+    for (const auto& k : keys) {
+      ptrs.push_back(k.data());
+      lengths.push_back(k.size());
+    }
+    std::vector<int64_t> partner(count), shared(count), want_partner(count), want_shared(count);
+    PrefixPartners::compute(ptrs.data(), lengths.data(), static_cast<uint32_t>(count), page,
+                            partner.data(), shared.data());
+    brute_force(keys, page, &want_partner, &want_shared);
+    CHECK(partner == want_partner);
+    CHECK(shared == want_shared);
+    // Groups: the links that pass the ratio, joined into their partners' groups.
+    const double ratio = (rng() % 4) / 4.0;
+    std::vector<int64_t> first(count), group_shared(count), want_first(count), want_group(count, 0);
+    PrefixPartners::groups(ptrs.data(), lengths.data(), static_cast<uint32_t>(count), page, ratio,
+                           first.data(), group_shared.data());
+    for (size_t i = 0; i < count; ++i) {
+      want_first[i] = static_cast<int64_t>(i);
+      const int64_t j = want_partner[i];
+      if (j < 0) continue;
+      const size_t a = keys[i].size() / page * page, b = keys[j].size() / page * page;
+      if (want_shared[i] < page || want_shared[i] < ratio * static_cast<double>(std::min(a, b)))
+        continue;
+      const int64_t f = want_first[j];
+      want_first[i] = f;
+      want_group[f] = want_group[f] == 0 ? want_shared[i] : std::min(want_group[f], want_shared[i]);
+    }
+    CHECK(first == want_first);
+    CHECK(group_shared == want_group);
+    if (failures > 0) return;
+  }
+}
+
+static void test_long_shared_prefixes() {
+  // 64 keys of 2,048 tokens in 4 groups of a 1,024-token prefix each.
+  const uint32_t page = 16;
+  std::vector<std::vector<Token>> keys;
+  for (uint32_t i = 0; i < 64; ++i) {
+    std::vector<Token> key(1024, 1000 + i % 4);
+    for (uint32_t j = 0; j < 1024; ++j) key.push_back(i * 7919 + j);
+    keys.push_back(key);
+  }
+  std::vector<const Token*> ptrs;
+  std::vector<uint64_t> lengths;
+  for (const auto& k : keys) {
+    ptrs.push_back(k.data());
+    lengths.push_back(k.size());
+  }
+  std::vector<int64_t> partner(64), shared(64);
+  PrefixPartners::compute(ptrs.data(), lengths.data(), 64, page, partner.data(), shared.data());
+  for (int i = 0; i < 4; ++i) CHECK(partner[i] == -1 && shared[i] == 0);
+  for (int i = 4; i < 64; ++i) CHECK(partner[i] == i % 4 && shared[i] == 1024);
+}
+
+int main() {
+  test_random_batches(1, 1);
+  test_random_batches(4, 2);
+  test_long_shared_prefixes();
+  if (failures != 0) {
+    std::fprintf(stderr, "%d prefix-partner check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("prefix-partner tests: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,214 @@
+"""dispatch_batch: the batch's own prefix trie, its groups, and keeping groups together.
+
+``prefix_partners`` (the native trie and the reference) is checked against its
+definition; ``dispatch_batch`` is checked for what the A.4 batch path promises: a
+shared-prefix group stays on one worker unless load forbids it, and then spills to the
+workers load allows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from _policies import LeastLoaded, Longest, Recorder
+from conftest import NATIVE, REFERENCE
+from hypothesis import given
+from hypothesis import strategies as st
+
+from radixmeta import Router
+from radixmeta._batch import prefix_groups
+
+CORES = [REFERENCE] + ([NATIVE] if NATIVE is not None else [])
+
+
+def definition(keys: list[list[int]], page: int) -> tuple[list[int], list[int]]:
+    partner, shared = [], []
+    for i, key in enumerate(keys):
+        best, who = 0, -1
+        for j in range(i):
+            m = 0
+            while m < min(len(key), len(keys[j])) and key[m] == keys[j][m]:
+                m += 1
+            m -= m % page
+            if m > best:
+                best, who = m, j
+        partner.append(who)
+        shared.append(best)
+    return partner, shared
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[list[list[int]], int]:
+    page = draw(st.sampled_from([1, 2, 4]))
+    keys: list[list[int]] = []
+    for _ in range(draw(st.integers(0, 12))):
+        base: list[int] = []
+        if keys and draw(st.booleans()):
+            base = list(draw(st.sampled_from(keys)))
+            base = base[: draw(st.integers(0, len(base)))]
+        keys.append(base + draw(st.lists(st.integers(0, 2), max_size=4 * page)))
+    return keys, page
+
+
+@pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
+@given(batch=batches())
+def test_prefix_partners_follow_their_definition(core: Any, batch: Any) -> None:
+    keys, page = batch
+    partner, shared = core.prefix_partners([np.array(k, dtype=np.uint32) for k in keys], page)
+    assert (partner.tolist(), shared.tolist()) == definition(keys, page)
+    lists = core.prefix_partners(keys, page)  # lists take the trees' input rules too
+    assert lists[0].tolist() == partner.tolist()
+
+
+@pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+def test_prefix_groups_link_requests_to_their_partners(core: Any, batch: Any, ratio: float) -> None:
+    keys, page = batch
+    partner, shared = definition(keys, page)
+    first, group_shared = core.prefix_groups(keys, page, ratio)
+    want_first, want_shared = list(range(len(keys))), [0] * len(keys)
+    for i, (j, length) in enumerate(zip(partner, shared, strict=True)):
+        shorter = min(len(keys[i]) // page, len(keys[j]) // page) * page if j >= 0 else 0
+        if j < 0 or length < page or length < ratio * shorter:
+            continue
+        f = want_first[j]
+        want_first[i] = f
+        want_shared[f] = length if want_shared[f] == 0 else min(want_shared[f], length)
+    assert (first.tolist(), group_shared.tolist()) == (want_first, want_shared)
+
+
+def test_prefix_partners_refuse_bad_input() -> None:
+    for core in CORES:
+        with pytest.raises(TypeError):
+            core.prefix_partners("abc", 1)
+        with pytest.raises(ValueError):
+            core.prefix_partners([[1, -1]], 1)
+        with pytest.raises(ValueError):
+            core.prefix_partners([[1]], 0)
+
+
+def test_groups_join_requests_that_share_most_of_a_prompt() -> None:
+    sys_a, sys_b = [1] * 8, [2] * 8
+    keys = [
+        [*sys_a, 3, 3],  # 0
+        [*sys_b, 4, 4],  # 1
+        [*sys_a, 5, 5],  # 2: shares 8 of 10 with 0
+        [1, 1, 9, 9],  # 3: shares 2 of 4 with 0: exactly the ratio
+        [*sys_b, 6],  # 4: shares 8 with 1
+        [7, 7],  # 5: alone
+        [*sys_a, 5, 5],  # 6: the same as 2, but tagged
+    ]
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    groups = prefix_groups(arrays, [None] * 7, [False] * 6 + [True], 2, 0.5)
+    assert groups == [([0, 2, 3], 2), ([1, 4], 8), ([5], 0), ([6], 0)]
+    stricter = prefix_groups(arrays, [None] * 7, [False] * 7, 2, 0.9)
+    # 2 shares 8 of 0's 10 tokens (< 90 %); 4 shares all 8 of its whole pages with 1.
+    assert stricter == [([0], 0), ([1, 4], 8), ([2, 6], 10), ([3], 0), ([5], 0)]
+    by_namespace = prefix_groups(arrays[:3], ["x", None, None], [False] * 3, 2, 0.5)
+    assert by_namespace == [([0], 0), ([1], 0), ([2], 0)]
+
+
+def prompt(group: int, k: int) -> list[int]:
+    """A 32-token prompt: a 24-token prefix of its group, then its own 8 tokens."""
+    return [100 + group] * 24 + [k] * 8
+
+
+def test_a_shared_prefix_group_stays_on_one_worker() -> None:
+    recorder = Recorder(LeastLoaded())
+    router = Router(4, policy=recorder)
+    workers = [router.add_worker(f"w{i}") for i in range(3)]
+    batch = [prompt(g, k) for k in range(5) for g in range(3)]  # interleaved groups
+    ids = [f"r{k}" for k in range(len(batch))]
+    decisions = router.dispatch_batch(
+        [{"tokens": key, "request_id": i} for key, i in zip(batch, ids, strict=True)]
+    )
+    assert [d.request_id for d in decisions] == ids  # in input order
+    on: dict[int, set[Any]] = {g: set() for g in range(3)}
+    for d, key in zip(decisions, batch, strict=True):
+        on[key[0] - 100].add(d.worker)
+    assert all(len(ws) == 1 for ws in on.values())
+    assert {next(iter(ws)) for ws in on.values()} == set(workers)  # one group per worker
+    assert len(recorder.seen) == 3  # one decision per group, not per request
+    assert [d.label for d in decisions] == ["least_loaded"] * 15
+    # The loads count every request; the hits count what the batch's own earlier requests
+    # could not give (the views are taken before the batch's decisions).
+    for w in workers:
+        assert router.load(w).requests == 5
+    for d in decisions:
+        router.finish(d.request_id)
+    assert router.tree.hold_count == 0 and router.in_flight == 0
+    router.tree.check()
+
+
+def test_a_group_spills_when_it_would_overload_its_worker() -> None:
+    router = Router(4, policy=Longest(), group_slack=2)
+    workers = [router.add_worker(f"w{i}") for i in range(3)]
+    decisions = router.dispatch_batch([prompt(0, k) for k in range(10)])
+    loads = [router.load(w).requests for w in workers]
+    assert sum(loads) == 10 and max(loads) - min(loads) <= 3
+    chosen = [d.worker for d in decisions]
+    assert len(set(chosen)) == 3
+    # Kept together as far as load allows: each worker's part is one run of the batch.
+    runs = [w for k, w in enumerate(chosen) if k == 0 or chosen[k - 1] != w]
+    assert len(runs) == len(set(runs))
+    # With room, the same group stays whole.
+    roomy = Router(4, policy=Longest(), group_slack=32)
+    for i in range(3):
+        roomy.add_worker(f"w{i}")
+    assert len({d.worker for d in roomy.dispatch_batch([prompt(0, k) for k in range(10)])}) == 1
+
+
+def test_a_batch_matches_the_tree_once_and_marks_every_request() -> None:
+    router = Router(4, policy=Longest())
+    a = router.add_worker("a")
+    router.add_worker("b")
+    first = router.dispatch(prompt(0, 99))  # the tree knows group 0 on a
+    out = router.dispatch_batch(
+        [prompt(0, 1), {"tokens": prompt(1, 1), "request_id": "mine", "expected_output": 3}]
+    )
+    assert out[0].worker == a and out[0].matched == 24
+    assert out[1].request_id == "mine" and out[1].matched == 0
+    assert router.tree.match(prompt(1, 1)).length_of(out[1].worker) == 32
+    assert router.dispatch_batch([]) == []
+    for d in (first, *out):
+        router.finish(d.request_id)
+    assert router.tree.hold_count == 0
+
+
+def test_approximate_batches_insert() -> None:
+    router = Router(4, policy=LeastLoaded(), mode="approximate")
+    workers = [router.add_worker(f"w{i}", capacity=64) for i in range(2)]
+    out = router.dispatch_batch([prompt(g, k) for g in range(2) for k in range(3)])
+    for d in out:
+        router.finish(d.request_id)
+    held = sum(router.tree.held_tokens(w) for w in workers)
+    assert 0 < held <= 128 and router.tree.hold_count == 0
+    router.tree.check()
+
+
+class Fails:
+    """Chooses the first worker for the first group, then raises."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose(self, request: Any, view: Any) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            msg = "policy failure"
+            raise RuntimeError(msg)
+        return view.workers[0]
+
+
+def test_a_batch_whose_policy_fails_changes_nothing() -> None:
+    policy = Fails()
+    router = Router(4, policy=policy)
+    workers = [router.add_worker(f"w{i}") for i in range(2)]
+    with pytest.raises(RuntimeError, match="policy failure"):
+        router.dispatch_batch([prompt(0, k) for k in range(3)] + [prompt(1, 0)])
+    assert policy.calls == 2 and router.in_flight == 0 and router.tree.hold_count == 0
+    for w in workers:
+        assert router.load(w).requests == 0 and router.load(w).prefill_tokens == 0
+

@@ -1,0 +1,86 @@
+"""End to end: two engine processes publish their caches' events over loopback ZeroMQ, a
+Router subscribes, and its per-worker lengths follow what the engines cache and evict.
+
+Everything closes within a bound: the router (its background thread and subscription
+sockets) and the child processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import pytest
+from _policies import Longest
+from _router_children import engine
+from _transport_children import expect, spawned
+
+from radixmeta import Router
+from radixmeta.subscription import WorkerEndpoint
+
+pytestmark = pytest.mark.timeout(60)
+
+PAGE = 4
+
+
+def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the router never caught up"
+        time.sleep(0.01)
+
+
+def test_a_subscribed_router_follows_the_engines_caches() -> None:
+    system = list(range(100, 116))  # 4 pages every prompt shares
+    a_prompt, b_prompt = [*system, 1, 1, 1, 1, 2, 2, 2, 2], [*system, 7, 7, 7, 7]
+    with contextlib.ExitStack() as stack:
+        children = {
+            name: stack.enter_context(spawned(engine, name, PAGE)) for name in ("e0", "e1")
+        }
+        endpoints = {name: expect(conn, "ready") for name, conn in children.items()}
+        router = stack.enter_context(Router(PAGE, policy=Longest()))
+        subscription = router.subscribe(
+            [WorkerEndpoint(n, live, replay) for n, (live, replay) in endpoints.items()],
+            codec="native",
+            replay_timeout=1.0,
+        )
+        assert subscription.subscriber.wait_connected(timeout=10)
+        e0, e1 = router.worker("e0"), router.worker("e1")
+        router.start(interval=0.005)  # the router's idle loop: receive and replay
+
+        children["e0"].send(("insert", [a_prompt]))
+        children["e1"].send(("insert", [b_prompt]))
+        assert expect(children["e0"], "done") == (len(a_prompt),)
+        assert expect(children["e1"], "done") == (len(b_prompt),)
+
+        def reported(key: list[int]) -> dict[str, int]:
+            m = router.tree.match(key, optimistic=False)
+            return {"e0": m.length_of(e0), "e1": m.length_of(e1)}
+
+        until(lambda: reported(a_prompt) == {"e0": 24, "e1": 16})
+        assert reported(b_prompt) == {"e0": 16, "e1": 20}
+        d = router.dispatch([*a_prompt, 9, 9, 9, 9])
+        assert d.worker == e0 and d.lengths == {e0: 24, e1: 16}
+        d2 = router.dispatch([*b_prompt, 8, 8, 8, 8])
+        assert d2.worker == e1 and d2.matched == 20
+
+        # e0 evicts everything: the router's reported view follows, its own hold stays.
+        children["e0"].send(("evict", 10_000))
+        assert expect(children["e0"], "done") == (0,)
+        until(lambda: reported(a_prompt)["e0"] == 0)
+        assert router.tree.match(a_prompt).length_of(e0) == 24  # d's hold, until it finishes
+        router.finish(d.request_id)
+        router.finish(d2.request_id)
+        assert router.tree.match(a_prompt).length_of(e0) == 0
+        state = {w["worker"]: w for w in subscription.worker_state()}
+        assert state["e0"]["applied"] >= 2 and state["e1"]["gaps"] == 0
+        assert router.metrics()["replay"]["stats"]["applied"] >= 3
+
+        started = time.monotonic()
+        router.close()
+        assert time.monotonic() - started < 5
+        assert subscription.subscriber.closed and router._background is None
+        for conn in children.values():
+            conn.send(("exit",))
+    router.tree.check()
