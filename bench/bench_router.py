@@ -211,6 +211,30 @@ def time_native(
     return out
 
 
+def time_policy(router: Router, prefixes: list[np.ndarray], n: int = 20_000) -> float:
+    """The policy's own choose on a warm request's view (median ns), for the row's context."""
+    seen: list[tuple[Request, View]] = []
+    inner = router.policy
+
+    class Spy:
+        def choose(self, request: Request, view: View) -> Any:
+            seen.append((request, view))
+            return inner.choose(request, view)
+
+    router.policy = Spy()
+    key = np.concatenate([prefixes[0], np.arange(PROMPT - PREFIX, dtype=np.uint32)])
+    router.finish(router.dispatch(key).request_id)
+    router.policy = inner
+    request, view = seen[0]
+    choose, clock = inner.choose, time.perf_counter_ns
+    out = []
+    for _ in range(n):
+        t0 = clock()
+        choose(request, view)
+        out.append(clock() - t0)
+    return statistics.median(out)
+
+
 def time_batches(router: Router, prefixes: list[np.ndarray], n: int, size: int = 64) -> list[float]:
     """Per-request cost of dispatch_batch of ``size`` requests (8 groups of 8 prompts)."""
     rng = np.random.default_rng(3)
@@ -270,12 +294,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Router.dispatch, {PROMPT}-token prompts, page {PAGE}, {WORKERS} workers, "
           f"{GROUPS} groups warm; medians of {args.repeats} runs of {args.requests} requests (us)")
     header = f"{'policy':<13}{'kind':<9}{'mode':<12}{'workload':<9}{'dispatch':>9}"
-    header += f"{'native':>8}{'overhead':>9}{'batch/req':>10}"
+    header += f"{'native':>8}{'overhead':>9}{'policy':>8}{'batch/req':>10}"
     print(header)
     for name in names:
         for mode in ("exact", "approximate"):
             for workload in ("warm", "repeat"):
-                runs: dict[str, list[float]] = {"dispatch": [], "native": [], "batch": []}
+                runs: dict[str, list[float]] = {
+                    "dispatch": [], "native": [], "batch": [], "choose": []
+                }
                 kind = ""
                 for _ in range(args.repeats):
                     policy, kind = make_policy(name)
@@ -291,13 +317,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if workload == "warm":
                         per = time_batches(router, prefixes, args.requests // 4)
                         runs["batch"].append(statistics.median(per) / 1000)
+                        runs["choose"].append(time_policy(router, prefixes) / 1000)
                     router.close()
                 row = {k: statistics.median(v) for k, v in runs.items() if v}
                 row.update(policy=name, kind=kind, mode=mode, workload=workload)
                 rows.append(row)
                 batch = f"{row['batch']:>10.2f}" if "batch" in row else f"{'':>10}"
+                own = f"{row['choose']:>8.2f}" if "choose" in row else f"{'':>8}"
                 print(f"{name:<13}{kind:<9}{mode:<12}{workload:<9}{row['dispatch']:>9.2f}"
-                      f"{row['native']:>8.2f}{row['dispatch'] - row['native']:>9.2f}{batch}")
+                      f"{row['native']:>8.2f}{row['dispatch'] - row['native']:>9.2f}{own}{batch}")
     if not args.no_shared:
         strings = shared_workload(2000 if args.quick else 10_000)
         print(f"\nshared workload (sgl-router peer note 5.3): {len(strings)} strings of 2,500 "

@@ -20,7 +20,7 @@ Two modes:
 
 Every public method takes one lock, so ``dispatch`` and ``finish`` may be called
 from several threads; the replayer applies events without it (each MetaTree call
-is atomic, and a mark whose walk went stale walks again).
+is atomic, and a mark checks its match's walk node by node before it trusts it).
 """
 
 from __future__ import annotations

@@ -410,6 +410,21 @@ static void test_a_kept_walk_does_not_trust_a_reused_id() {
   t.match(0, b.data(), b.size(), nullptr, false, &len, nullptr, 1, false);
   CHECK(len == 3 && t.hold_tokens(0) == 4);
   t.check_invariants();
+  // Past 256 frees an id's generation may have come round: the walk is walked again.
+  radixmeta::MatchPath kept;
+  const std::vector<Token> c{5, 5, 5, 5};
+  t.insert(0, c.data(), c.size(), nullptr, 0, 0, 0);
+  t.match(0, c.data(), c.size(), nullptr, false, &len, nullptr, 1, true, &kept);
+  for (Token k = 0; k < 300; ++k) {  // a node made and freed 300 times
+    const std::vector<Token> d{6, k};
+    t.insert(0, d.data(), d.size(), nullptr, 0, 0, 0);
+    t.remove(0, d.data(), d.size(), nullptr, 0, 0, 0);
+  }
+  const uint64_t h = t.hold_along(&kept, 0, c.data(), c.size(), nullptr, 0);
+  t.match(0, c.data(), c.size(), nullptr, false, &len, nullptr, 1);
+  CHECK(len == 4);
+  t.release(h);
+  t.check_invariants();
 }
 
 // Everything observable of a tree: per node its path, holders on each tier

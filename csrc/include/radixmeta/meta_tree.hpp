@@ -103,6 +103,7 @@ struct alignas(64) MetaNode {
   bool shared = false;  // some holder names this (one-page) node by `hash`
   bool alive = false;
   bool overlaid = false;  // some hold covers this node (its counts are in the side table)
+  uint8_t gen = 0;        // advanced when the node is freed: a kept walk tells a reused id
 };
 
 // Where a match walked: the nodes it entered, in order, with their lengths
@@ -115,6 +116,7 @@ struct MatchPath {
   uint64_t partial = 0;  // tokens matched inside the last node, when the walk ended inside it
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> lengths;
+  std::vector<uint8_t> gens;
 };
 
 // Outcome of validating a stored event against the tree (nothing changed yet).
@@ -400,7 +402,11 @@ class MetaTree {
       path->partial = partial;
       path->nodes.assign(path_.begin(), path_.end());
       path->lengths.resize(path_.size());
-      for (size_t i = 0; i < path_.size(); ++i) path->lengths[i] = nodes_[path_[i]].length;
+      path->gens.resize(path_.size());
+      for (size_t i = 0; i < path_.size(); ++i) {
+        path->lengths[i] = nodes_[path_[i]].length;
+        path->gens[i] = nodes_[path_[i]].gen;
+      }
     }
     for (uint32_t i : active_)
       for (uint64_t bits = alive_[i]; bits != 0; bits &= bits - 1)
@@ -425,19 +431,27 @@ class MetaTree {
     path->partial = 0;
     path->nodes.clear();
     path->lengths.clear();
+    path->gens.clear();
     walk_on(path, root_of(ns), 0, key, tags);
   }
 
   // Makes `path` (a walk of key[0, n) in namespace ns, tags as for insert)
-  // describe the tree as it is now, if it still can: no node freed since, and
-  // every node on it as long as it was (a node cut since is shorter, and a
-  // freed id may have been reused elsewhere). Nodes added since can only
-  // extend a walk that ended at a node's end, so it walks on from there.
-  // Returns false when the path cannot be trusted (then walk from the root).
+  // describe the tree as it is now, if it still can: every node on it not
+  // freed since (a freed id may have been reused elsewhere) and as long as it
+  // was (a node cut since is shorter). A node's 8-bit generation advances
+  // when it is freed, so while fewer than 256 nodes were freed in all, an
+  // unchanged generation proves the node was not; past that, only a tree
+  // that freed nothing is trusted. Nodes added since can only extend a walk
+  // that ended at a node's end, so it walks on from there. Returns false
+  // when the path cannot be trusted (then walk from the root).
   bool refresh(MatchPath* path, uint32_t ns, const Token* key, uint64_t n, const uint64_t* tags) {
-    if (path->frees != frees_ || path->ns != ns || path->n != n) return false;
-    for (size_t i = 0; i < path->nodes.size(); ++i)
-      if (nodes_[path->nodes[i]].length != path->lengths[i]) return false;
+    if (path->frees == UINT64_MAX || path->ns != ns || path->n != n) return false;
+    if (frees_ - path->frees >= 256) return false;
+    const bool freed = frees_ != path->frees;
+    for (size_t i = 0; i < path->nodes.size(); ++i) {
+      const MetaNode& x = nodes_[path->nodes[i]];
+      if (x.length != path->lengths[i] || (freed && x.gen != path->gens[i])) return false;
+    }
     if (path->partial != 0) return true;  // it ended inside its last node, which is unchanged
     const uint32_t from = path->nodes.empty() ? root_of(ns) : path->nodes.back();
     walk_on(path, from, path->nodes.empty() ? 0 : nodes_[from].depth, key, tags);
@@ -1464,6 +1478,7 @@ class MetaTree {
       n.host.clear();
       n.unnamed.clear();
       n.shared = false;
+      ++n.gen;  // kept walks that name x see it was freed
       nodes_.release(x);
       --node_count_;
       ++frees_;
@@ -1475,6 +1490,7 @@ class MetaTree {
       dropped_namespaces_.push_back(r.ns);
       r.alive = false;
       r.children.clear();
+      ++r.gen;
       nodes_.release(x);
       ++frees_;
     }
@@ -1492,6 +1508,7 @@ class MetaTree {
       const uint64_t m = common(c, key, pos, n, tags);
       path->nodes.push_back(c);
       path->lengths.push_back(nodes_[c].length);
+      path->gens.push_back(nodes_[c].gen);
       if (m < nodes_[c].length) {
         path->partial = m;
         break;
