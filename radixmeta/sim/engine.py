@@ -32,6 +32,7 @@ results byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
@@ -285,7 +286,6 @@ class Simulation:
         queued: list[tuple[float, list[Any]]] = []  # idle: records waiting for an idle router
         wall = {"dispatch": 0.0, "replay": 0.0, "workers": 0.0}
         trace, spans, load = cfg.trace, run.spans, run.load
-        done = 0
         next_arrival = 0
         clock = time.perf_counter
 
@@ -314,22 +314,24 @@ class Simulation:
             heapq.heappush(heap, (now + duration, _STEP_DONE, order, wi))
             order += 1
 
-        def apply(records: list[Any], produced: float, now: float) -> None:
+        def apply(deliveries_now: list[tuple[float, list[Any]]], now: float) -> None:
+            """Submit every (produced at, records) pair, then replay them in one call."""
             t0 = clock()
-            router.replayer.submit(records)
+            for produced, records in deliveries_now:
+                router.submit(records)
+                run.lag_sum += (now - produced) * len(records)
+                run.lag_max = max(run.lag_max, now - produced)
             router.replay()
             wall["replay"] += clock() - t0
             if trace:  # no simulated time passes: an instant on the router's track
                 spans.append(("replay", -1, now, 0.0))
-            run.lag_sum += (now - produced) * len(records)
-            run.lag_max = max(run.lag_max, now - produced)
 
         def publish(records: list[Any], now: float) -> None:
             nonlocal order
             run.records += len(records)
             run.removed += sum(1 for r in records if r.kind == "removed")
             if cfg.consistency == "immediate":
-                apply(records, now, now)
+                apply([(now, records)], now)
             elif cfg.consistency == "delayed":
                 deliveries[order] = (now, records)
                 heapq.heappush(heap, (now + cfg.latency, _DELIVER, order, order))
@@ -403,19 +405,16 @@ class Simulation:
                     run.finished[r] = now
                     router.finish(str(r), output_tokens=outputs[r])
                 wall["dispatch"] += clock() - t0
-                done += len(finished)
                 if progress is not None and finished:
                     progress(len(finished))
                 if records:
                     publish(records, now)
                 start(wi, now)
             else:  # _DELIVER
-                produced, records = deliveries.pop(payload)
-                apply(records, produced, now)
+                apply([deliveries.pop(payload)], now)
             # The router is idle unless another arrival is due at this very instant.
             if queued and not (heap and heap[0][1] == _ARRIVAL and heap[0][0] == now):
-                for produced, records in queued:
-                    apply(records, produced, now)
+                apply(queued, now)
                 queued.clear()
         for w in workers:
             run.prefill_busy.append(w.prefill_busy)
@@ -424,7 +423,7 @@ class Simulation:
             run.insert_refused.append(w.insert_refused)
         run.timing = wall
         if exact:
-            run.replay_stats = _stats_dict(router.replayer.stats)
+            run.replay_stats = dataclasses.asdict(router.replayer.stats)
         router.close()
         return run
 
@@ -446,11 +445,3 @@ def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
         if "clock" in accepted:
             params.setdefault("clock", clock)
     return policies.create(cfg.policy, **params)
-
-
-def _stats_dict(stats: Any) -> dict[str, Any]:
-    import dataclasses
-
-    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
-        return dataclasses.asdict(stats)
-    return dict(vars(stats))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from typing import Any
 
@@ -111,8 +111,6 @@ def run_cells(
             initargs=(list(tokens), list(arrivals), list(outputs)),
         ) as pool:
             futures = {pool.submit(_run_cell, cell): i for i, cell in enumerate(cells)}
-            from concurrent.futures import as_completed
-
             for future in as_completed(futures):
                 finish(futures[future], future.result())
     done = [s for s in summaries if s is not None]
