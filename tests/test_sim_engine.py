@@ -110,6 +110,7 @@ def test_a_small_cache_hits_less_and_evicts() -> None:
     assert all(w["insert_refused"] == 0 for w in small["workers"])
 
 
+@pytest.mark.timeout(120)  # it starts worker processes: never hang the suite
 def test_scaling_and_imbalance_in_a_sweep() -> None:
     wl = small_gsp(num_groups=16, prompts_per_group=8)
     cells = grid(
