@@ -681,11 +681,23 @@ class Router:
                 )
             request = Request(rid, key, namespace, extras, group, expected_output)
             choice = choose(request, view)
-            # A bare WorkerId of the view, found by its index: no hashing, no call.
-            found = position.get(choice.index) if type(choice) is WorkerId else None
+            # A WorkerId of the view, bare or in a Choice, found by its index: no
+            # hashing, no call. Anything else goes through the full check.
+            kind = type(choice)
             detail: tuple[tuple[str, float], ...]
-            if found is not None and up[found] is choice:
-                worker, label, detail = choice, _CHOSEN, ()
+            if kind is WorkerId:
+                found = position.get(choice.index)
+                if found is not None and up[found] is choice:
+                    worker, label, detail = choice, _CHOSEN, ()
+                else:
+                    worker, label, detail = self._unpack(choice, up, True)
+            elif kind is Choice and type(choice[0]) is WorkerId and type(choice[2]) is tuple:
+                worker = choice[0]
+                found = position.get(worker.index)
+                if found is not None and up[found] is worker:
+                    label, detail = choice[1], choice[2]
+                else:
+                    worker, label, detail = self._unpack(choice, up, True)
             else:
                 worker, label, detail = self._unpack(choice, up, True)
             i = worker.index
@@ -901,6 +913,21 @@ class Router:
         positions: list[int] | None = None,
     ) -> View:
         """Request's view with the current loads; ``positions``: only those up workers."""
+        if positions is None and self._dense and not host_pages:
+            # Every index up: whole lists, as dispatch builds them (``every`` is the
+            # request's own list already).
+            return View(
+                self._up,
+                every,
+                every,
+                self._requests[:],
+                self._prefill[:],
+                self._decode[:],
+                self._capacities,
+                self._reported,
+                self.page_size,
+                m.prefix_key,
+            )
         pick = self._up_index if positions is None else [self._up_index[p] for p in positions]
         workers = self._up if positions is None else tuple(self._up[p] for p in positions)
         lengths = [every[i] for i in pick]
@@ -940,9 +967,16 @@ class Router:
                 f"got {choices!r}"
             )
             raise PolicyError(msg)
-        return [
-            (*self._unpack(c, self._up, True), v) for c, v in zip(choices, views, strict=True)
-        ]
+        up, position, out = self._up, self._position, []
+        for c, v in zip(choices, views, strict=True):
+            # A Choice of an up worker, found by its index (dispatch's fast path).
+            if type(c) is Choice and type(c[0]) is WorkerId and type(c[2]) is tuple:
+                found = position.get(c[0].index)
+                if found is not None and up[found] is c[0]:
+                    out.append((c[0], c[1], c[2], v))
+                    continue
+            out.append((*self._unpack(c, up, True), v))
+        return out
 
     def _batch_by_groups(
         self,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from policy_cases import detail, index_of, reason, request, view
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from policy_cases import detail, index_of, reason, request, view, with_
 
 from radixmeta.policies import DefaultPolicy, Policy, create
 from radixmeta.policies.costs import mistral_7b_a6000_prefill as prefill
@@ -153,3 +155,37 @@ def test_a_custom_prefill_model() -> None:
     assert repr(policy) == "DefaultPolicy(prefill='linear', work_weight=1.0, host_weight=0.75)"
     v = view([0, 1000])
     assert detail(policy.choose(request(1100), v))["prefill"] == pytest.approx(0.01)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_lean_scan_decides_as_the_general_one(data: st.DataObject) -> None:
+    # choose() has a lean scan for the views the router builds when no page is on a host
+    # tier (one list for lengths and host_lengths) and every worker has room; any other
+    # view takes the general scan. Both must give the same choice, reason and numbers.
+    n = data.draw(st.integers(1, 8), label="workers")
+    size = data.draw(st.integers(1, 4096), label="prompt")
+    counts = st.lists(st.integers(0, 3000), min_size=n, max_size=n)
+    lengths = data.draw(st.lists(st.integers(0, size), min_size=n, max_size=n), label="lengths")
+    capacity = st.one_of(st.none(), st.integers(0, 12_000))
+    shared = view(
+        lengths,
+        requests=data.draw(st.lists(st.integers(0, 600), min_size=n, max_size=n)),
+        prefill=data.draw(counts, label="prefill"),
+        decode=data.draw(counts, label="decode"),
+        capacities=data.draw(
+            st.one_of(
+                st.lists(capacity, min_size=n, max_size=n),
+                capacity.map(lambda c: [c] * n),
+            ),
+            label="capacities",
+        ),
+    )
+    shared.host_lengths = shared.lengths  # the router's form: one list for both
+    apart = with_(shared, host_lengths=list(shared.lengths))
+    turn = data.draw(st.integers(0, 3 * n), label="turn")
+    lean, general = create("default"), create("default")
+    for policy in (lean, general):
+        for _ in range(turn):  # the same place in the rotation
+            policy.choose(request(size), view([0] * n))
+    assert lean.choose(request(size), shared) == general.choose(request(size), apart)

@@ -8,10 +8,11 @@ a bad value raises :class:`~radixmeta.errors.PolicyError`, a bad type
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, PolicyError
-from radixmeta.policies.base import View
+from radixmeta.policies.base import Choice, View
 
 __all__ = [
     "LOAD_MEASURES",
@@ -20,6 +21,7 @@ __all__ = [
     "check_number",
     "check_seed",
     "loads_of",
+    "new_choice",
 ]
 
 #: The load measures of the load-based policies: in-flight requests, or uncached
@@ -99,11 +101,11 @@ def loads_of(view: View, by_tokens: bool) -> list[int]:
 
 
 def argmin(values: Sequence[float]) -> int:
-    """Position of the smallest value; ties go to the lowest position."""
-    best = 0
-    low = values[0]
-    for i in range(1, len(values)):
-        if values[i] < low:
-            best = i
-            low = values[i]
-    return best
+    """Position of the smallest value; ties go to the lowest position (two C calls)."""
+    return values.index(min(values))
+
+
+#: ``new_choice(Choice, (worker, reason, detail))``: Choice's own constructor is a
+#: Python function, twice the cost of building the tuple directly, on every request.
+new_choice: Callable[[type[Choice], tuple[WorkerId, str, tuple[tuple[str, float], ...]]], Choice]
+new_choice = tuple.__new__

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from radixmeta.policies._params import LOAD_MEASURES, argmin, check_choice, check_number, loads_of
+from radixmeta.policies._params import (
+    LOAD_MEASURES,
+    check_choice,
+    check_number,
+    loads_of,
+    new_choice,
+)
 from radixmeta.policies.base import Choice, Request, View
 
 __all__ = ["CACHE_AWARE_PRESETS", "CacheAware", "LongestPrefix"]
@@ -63,7 +69,7 @@ class LongestPrefix:
         matched = view.lengths[i]
         reason = "affinity" if matched else "balance"
         detail = (("matched", float(matched)), ("load", float(loads[i])))
-        return Choice(view.workers[i], reason, detail)
+        return new_choice(Choice, (view.workers[i], reason, detail))
 
 
 #: sgl-router's two sets of defaults, as ``(cache_threshold, balance_abs_threshold,
@@ -155,13 +161,21 @@ class CacheAware:
         low = min(loads)
         high = max(loads)
         if high - low > self.balance_abs_threshold and high > self.balance_rel_threshold * low:
-            i = argmin(loads)
             detail = (("min_load", float(low)), ("max_load", float(high)))
-            return Choice(view.workers[i], "balance", detail)
+            return new_choice(
+                Choice, (view.workers[loads.index(low)], "balance", detail)
+            )
         size = len(request.tokens)
-        i = _best_match(view.lengths, loads)
-        rate = view.lengths[i] / size if size else 0.0
+        lengths = view.lengths
+        top = max(lengths)
+        rate = top / size if size else 0.0
         if rate > self.cache_threshold:
-            return Choice(view.workers[i], "affinity", (("match_rate", rate),))
-        i = argmin(loads)
-        return Choice(view.workers[i], "miss", (("match_rate", rate), ("load", float(loads[i]))))
+            # One longest match needs no tie-break scan.
+            i = lengths.index(top) if lengths.count(top) == 1 else _best_match(lengths, loads)
+            return new_choice(
+                Choice, (view.workers[i], "affinity", (("match_rate", rate),))
+            )
+        detail = (("match_rate", rate), ("load", float(low)))
+        return new_choice(
+            Choice, (view.workers[loads.index(low)], "miss", detail)
+        )

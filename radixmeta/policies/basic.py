@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from random import Random as _Rng
 
-from radixmeta.policies._params import LOAD_MEASURES, argmin, check_choice, check_seed, loads_of
+from radixmeta.policies._params import (
+    LOAD_MEASURES,
+    argmin,
+    check_choice,
+    check_seed,
+    loads_of,
+    new_choice,
+)
 from radixmeta.policies.base import Choice, Request, View
 
 __all__ = ["LeastLoaded", "PowerOfTwo", "Random", "RoundRobin"]
@@ -108,7 +115,9 @@ class LeastLoaded:
         """Return the least loaded worker (reason ``"balance"``, detail: its load)."""
         loads = loads_of(view, self._by_tokens)
         i = argmin(loads)
-        return Choice(view.workers[i], "balance", (("load", float(loads[i])),))
+        return new_choice(
+            Choice, (view.workers[i], "balance", (("load", float(loads[i])),))
+        )
 
 
 class PowerOfTwo:

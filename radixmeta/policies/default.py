@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
-from radixmeta.policies._params import check_number
+from radixmeta.policies._params import check_number, new_choice
 from radixmeta.policies.base import Choice, Request, View
 from radixmeta.policies.costs import DEFAULT_PREFILL, PrefillTime, model_name, prefill_model
 
@@ -34,6 +35,7 @@ __all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
 #: Tokens per prefill chunk, the unit of the queue estimate (Preble's workers run
 #: chunked prefill with a 512-token budget).
 CHUNK_TOKENS = 512
+_TIMES_KEPT = 1 << 16
 
 
 class DefaultPolicy:
@@ -90,8 +92,12 @@ class DefaultPolicy:
     """
 
     __slots__ = (
+        "_capacities",
+        "_least_capacity",
         "_model_name",
+        "_orders",
         "_prefill",
+        "_times",
         "_token_time",
         "_turn",
         "host_weight",
@@ -110,6 +116,15 @@ class DefaultPolicy:
         self.host_weight = check_number("host_weight", host_weight, high=1.0)
         self._token_time = self._prefill(CHUNK_TOKENS, CHUNK_TOKENS) / CHUNK_TOKENS
         self._turn = 0
+        # Per worker count, the scan order of each turn of the rotation.
+        self._orders: dict[int, list[tuple[int, ...]]] = {}
+        # Prefill times by (prompt length << 32 | cached length): a prompt's length
+        # and its match repeat across requests, and a model call costs more than a
+        # dict lookup. Cleared when it grows past _TIMES_KEPT.
+        self._times: dict[int, float] = {}
+        # The least capacity of the last capacities list seen (None: some unknown).
+        self._capacities: object = None
+        self._least_capacity: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -185,8 +200,6 @@ class DefaultPolicy:
         ``host_matched`` and fleet-wide ``best_matched`` lengths (tokens).
         """
         size = len(request.tokens)
-        prefill = self._prefill
-        times: dict[int, float] = {}
         workers = view.workers
         lengths = view.lengths
         host = view.host_lengths
@@ -194,31 +207,109 @@ class DefaultPolicy:
         decoding = view.decode_tokens
         requests = view.requests
         capacities = view.capacities
+        n = len(workers)
+        order = self._orders.get(n)
+        if order is None:
+            order = self._orders[n] = [(*range(s, n), *range(s)) for s in range(n)]
+        turn = self._turn % n
+        self._turn = turn + 1
+        scan = order[turn]
+        token_time = self._token_time
+        times = self._times
+        if len(times) > _TIMES_KEPT:
+            times.clear()
+
+        # The lean scan, for what nearly every request is: nothing on a host tier (the
+        # router then passes one list for both) and every worker with room for it.
+        if host is not lengths:
+            lean = False
+        else:
+            if capacities is not self._capacities:  # the router's list changes on refresh
+                self._capacities = capacities
+                self._least_capacity = (
+                    None if None in capacities else min(cast(list[int], capacities))
+                )
+            least = self._least_capacity
+            if least is None:
+                lean = capacities.count(None) == n
+            else:
+                lean = least >= size + max(queued) + max(decoding)
+        if lean:
+            prefill = self._prefill
+            weight = 1.0 + self.work_weight
+            base = size << 32
+            best = scan[0]
+            best_score = math.inf
+            best_own = 0.0
+            for i in scan:
+                matched = lengths[i]
+                own = times.get(base | matched)
+                if own is None:
+                    own = times[base | matched] = prefill(size - matched, size)
+                score = (1.0 + requests[i] / CHUNK_TOKENS) * (token_time * queued[i] + weight * own)
+                if score < best_score or (
+                    score == best_score
+                    and queued[i] + decoding[i] < queued[best] + decoding[best]
+                ):
+                    best, best_score, best_own = i, score, own
+            if best_score == math.inf:  # no finite score (a user's model): the first
+                best_own = times[base | lengths[best]]
+        else:
+            best, best_own = self._general(
+                scan, size, lengths, host, queued, decoding, requests, capacities
+            )
+
+        top = max(host)
+        chosen = host[best]
+        if top == 0:
+            reason = "balance"
+        elif chosen == top:
+            reason = "affinity"
+        else:
+            reason = "spill"
+        slow = 1.0 + requests[best] / CHUNK_TOKENS
+        detail = (
+            ("ttft", slow * (token_time * queued[best] + best_own)),
+            ("prefill", best_own),
+            ("matched", float(lengths[best])),
+            ("host_matched", float(chosen)),
+            ("best_matched", float(top)),
+        )
+        return new_choice(Choice, (workers[best], reason, detail))
+
+    def _general(
+        self,
+        order: tuple[int, ...],
+        size: int,
+        lengths: list[int],
+        host: list[int],
+        queued: list[int],
+        decoding: list[int],
+        requests: list[int],
+        capacities: list[int | None],
+    ) -> tuple[int, float]:
+        """``choose``'s scan with host-held pages and capacities: (best index, its own time)."""
+        prefill = self._prefill
         weight = 1.0 + self.work_weight
         host_weight = self.host_weight
         token_time = self._token_time
-        n = len(workers)
-        start = self._turn % n
-        self._turn += 1
-
+        times = self._times
+        base = size << 32
         best = -1
         best_fits = False
         best_score = math.inf
         best_tokens = 0
         best_own = 0.0
-        for k in range(n):
-            i = start + k
-            if i >= n:
-                i -= n
+        for i in order:
             matched = lengths[i]
-            miss = times.get(matched)
+            miss = times.get(base | matched)
             if miss is None:
-                miss = times[matched] = prefill(size - matched, size)
+                miss = times[base | matched] = prefill(size - matched, size)
             held = host[i]
             if held > matched:
-                rest = times.get(held)
+                rest = times.get(base | held)
                 if rest is None:
-                    rest = times[held] = prefill(size - held, size)
+                    rest = times[base | held] = prefill(size - held, size)
                 own = rest + (1.0 - host_weight) * (miss - rest)
             else:
                 own = miss
@@ -239,21 +330,4 @@ class DefaultPolicy:
                 best_score = score
                 best_tokens = in_flight
                 best_own = own
-
-        top = max(host)
-        chosen = host[best]
-        if top == 0:
-            reason = "balance"
-        elif chosen == top:
-            reason = "affinity"
-        else:
-            reason = "spill"
-        slow = 1.0 + requests[best] / CHUNK_TOKENS
-        detail = (
-            ("ttft", slow * (token_time * queued[best] + best_own)),
-            ("prefill", best_own),
-            ("matched", float(lengths[best])),
-            ("host_matched", float(chosen)),
-            ("best_matched", float(top)),
-        )
-        return Choice(workers[best], reason, detail)
+        return best, best_own
