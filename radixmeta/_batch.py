@@ -17,7 +17,23 @@ import numpy.typing as npt
 
 from radixmeta._impl import backend
 
-__all__ = ["prefix_groups"]
+__all__ = ["PrefixGroup", "prefix_groups"]
+
+
+class PrefixGroup(tuple[list[int], int]):
+    """One group of a batch: ``(members, shared)``, which is how it unpacks, plus ``own``.
+
+    ``own`` lists, per member, the tokens it does not share with an earlier
+    member of its group (for the first member: past the group's shared prefix),
+    so ``shared + sum(own)`` is what the whole group computes on one worker.
+    """
+
+    own: list[int]
+
+    def __new__(cls, members: list[int], shared: int, own: list[int]) -> PrefixGroup:
+        group = super().__new__(cls, (members, shared))
+        group.own = own
+        return group
 
 
 def prefix_groups(
@@ -26,7 +42,7 @@ def prefix_groups(
     tagged: Sequence[bool],
     page_size: int,
     ratio: float,
-) -> list[tuple[list[int], int]]:
+) -> list[PrefixGroup]:
     """Group the requests of a batch that share a long prefix with each other.
 
     Two requests are linked when they share at least one page and at least
@@ -48,18 +64,21 @@ def prefix_groups(
 
     Returns
     -------
-    list of (list of int, int)
+    list of PrefixGroup
         Per group, in order of its first member: the members' indices in
-        batch order, and the tokens they all share (0 for a group of one).
+        batch order, and the tokens they all share (0 for a group of one),
+        with each member's ``own`` tokens.
     """
     count = len(keys)
     root = list(range(count))  # each request's group: the index of its first member
     shared_of = [0] * count  # per first member: the tokens its group shares
+    common = [0] * count  # per request: the most it shares with an earlier one
     if namespaces.count(None) == count and True not in tagged:
         if count < 2:
-            return [([i], 0) for i in range(count)]
+            return [PrefixGroup([i], 0, [len(keys[i])]) for i in range(count)]
         first, shared = backend.prefix_groups(keys, page_size, ratio)  # the common batch
         root, shared_of = first.tolist(), shared.tolist()
+        common = backend.prefix_partners(keys, page_size)[1].tolist()
     else:
         by_namespace: dict[Hashable, list[int]] = {}
         for i in range(count):
@@ -68,14 +87,23 @@ def prefix_groups(
         for members in by_namespace.values():
             if len(members) < 2:
                 continue
-            first, shared = backend.prefix_groups([keys[i] for i in members], page_size, ratio)
+            subset = [keys[i] for i in members]
+            first, shared = backend.prefix_groups(subset, page_size, ratio)
+            partners = backend.prefix_partners(subset, page_size)[1].tolist()
             for k, (f, length) in enumerate(zip(first.tolist(), shared.tolist(), strict=True)):
                 root[members[k]] = members[f]
                 shared_of[members[k]] = length
+                common[members[k]] = partners[k]
     groups: dict[int, list[int]] = {}
     for i, f in enumerate(root):
         if f == i:
             groups[i] = [i]
         else:
             groups[f].append(i)
-    return [(members, shared_of[f]) for f, members in groups.items()]
+    out = []
+    for f, members in groups.items():
+        # A later member's best earlier partner is in its group (that is its link).
+        own = [len(keys[i]) - common[i] for i in members]
+        own[0] = len(keys[f]) - shared_of[f]
+        out.append(PrefixGroup(members, shared_of[f], own))
+    return out

@@ -953,7 +953,7 @@ class Router:
         matches: list[Any],
         every: list[list[int]],
         host_pages: bool,
-        groups: list[tuple[list[int], int]],
+        groups: Sequence[tuple[list[int], int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
         views = [
             self._view_of(r, m, lengths, host_pages)
@@ -984,7 +984,7 @@ class Router:
         matches: list[Any],
         every: list[list[int]],
         host_pages: bool,
-        groups: list[tuple[list[int], int]],
+        groups: Sequence[tuple[list[int], int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
         out: list[Any] = [None] * len(requests)
         loads, prefill, up_index = self._requests, self._prefill, self._up_index

@@ -212,3 +212,25 @@ def test_a_batch_whose_policy_fails_changes_nothing() -> None:
     for w in workers:
         assert router.load(w).requests == 0 and router.load(w).prefill_tokens == 0
 
+
+
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+def test_a_groups_own_tokens_add_up_to_its_trie(batch: Any, ratio: float) -> None:
+    # shared + sum(own) is what the whole group computes on one worker: every member's
+    # tokens past the longest whole-page prefix it shares with an earlier member of its
+    # group (the first member's own part starts after the group's shared prefix).
+    keys, page = batch
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    for group in prefix_groups(arrays, [None] * len(keys), [False] * len(keys), page, ratio):
+        members, shared = group
+        assert len(group.own) == len(members)
+        trie = len(keys[members[0]])
+        for k, i in enumerate(members[1:], start=1):
+            common = 0
+            for j in members[:k]:
+                m = 0
+                while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
+                    m += 1
+                common = max(common, m - m % page)
+            trie += len(keys[i]) - common
+        assert shared + sum(group.own) == trie

@@ -7,6 +7,7 @@ tokens of the prompt each worker holds on the device, from the MetaTree). Each
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 
 from radixmeta.policies._params import (
@@ -21,7 +22,7 @@ from radixmeta.policies.base import Choice, Request, View
 __all__ = ["CACHE_AWARE_PRESETS", "CacheAware", "LongestPrefix"]
 
 
-def _best_match(lengths: list[int], loads: list[int]) -> int:
+def _best_match(lengths: Sequence[int], loads: Sequence[float]) -> int:
     """The worker with the longest match; among equals the least loaded, then the first."""
     best = 0
     top = lengths[0]
@@ -61,6 +62,38 @@ class LongestPrefix:
 
     def __repr__(self) -> str:
         return f"LongestPrefix(load={self._load!r})"
+
+    def choose_batch(
+        self,
+        requests: Sequence[Request],
+        views: Sequence[View],
+        groups: Sequence[tuple[Sequence[int], int]],
+    ) -> list[Choice]:
+        """Each prefix group of a batch whole to its first member's longest-match worker.
+
+        Pure affinity for a batch: no group is ever split for load. Ties (a group
+        nobody holds) go to the least loaded worker, counting the batch's earlier
+        groups, so the groups spread, but each stays on one worker however large
+        it is: that is the imbalance pure affinity shows. O(groups x workers).
+        """
+        if not requests:
+            return []
+        workers = views[0].workers
+        loads = [float(x) for x in loads_of(views[0], self._by_tokens)]
+        out: list[Choice | None] = [None] * len(requests)
+        for indices, _shared in groups:
+            lengths = views[indices[0]].lengths
+            i = _best_match(lengths, loads)
+            matched = lengths[i]
+            reason = "affinity" if matched else "balance"
+            detail = (("matched", float(matched)), ("load", loads[i]))
+            choice = new_choice(Choice, (workers[i], reason, detail))
+            for k in indices:
+                out[k] = choice
+                loads[i] += (
+                    len(requests[k].tokens) - lengths[i] if self._by_tokens else 1
+                )
+        return [c for c in out if c is not None]
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the longest-match worker; reason ``"affinity"``, ``"balance"`` if none matched."""

@@ -23,6 +23,7 @@ another worker, which then holds the prefix too: replication, driven by load.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
@@ -36,6 +37,55 @@ __all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
 #: chunked prefill with a 512-token budget).
 CHUNK_TOKENS = 512
 _TIMES_KEPT = 1 << 16
+
+
+class _Piece:
+    """Members of one prefix group placed together by ``choose_batch``."""
+
+    __slots__ = ("group", "held", "members", "shared", "tail_work", "tails")
+
+    def __init__(
+        self, group: int, members: list[int], tails: list[float], shared: int, held: list[int]
+    ) -> None:
+        self.group = group  # the batch group it is (part of)
+        self.members = members
+        self.tails = tails
+        self.shared = shared
+        self.held = held
+        self.tail_work = sum(tails)
+
+    @property
+    def work(self) -> float:
+        """Its tokens to compute on a worker that holds none of it."""
+        return self.shared + self.tail_work
+
+    def cut(self, limit: float, size: float) -> list[_Piece]:
+        """Itself if its work is at most ``limit`` (or it has one member), else runs of
+        its members in order, each of work at most ``size`` (at least one member)."""
+        if self.work <= limit or len(self.members) == 1:
+            return [self]
+        parts: list[_Piece] = []
+        start, work = 0, float(self.shared)
+        for k, tail in enumerate(self.tails):
+            if k > start and work + tail > size:
+                parts.append(self._part(start, k))
+                start, work = k, float(self.shared)
+            work += tail
+        parts.append(self._part(start, len(self.tails)))
+        return parts
+
+    def _part(self, start: int, stop: int) -> _Piece:
+        return _Piece(
+            self.group, self.members[start:stop], self.tails[start:stop], self.shared, self.held
+        )
+
+    def prefix_on(self, worker: int) -> float:
+        """The group prefix's tokens that ``worker`` would compute."""
+        return float(self.shared - min(self.held[worker], self.shared))
+
+    def cost_on(self, worker: int) -> float:
+        """Its tokens to compute on ``worker``."""
+        return self.prefix_on(worker) + self.tail_work
 
 
 class DefaultPolicy:
@@ -77,12 +127,12 @@ class DefaultPolicy:
     per distinct match length.
 
     Batches: a batch (``Router.dispatch_batch``) is decided whole by :meth:`choose_batch`:
-    the batch's shared-prefix groups are packed onto the workers by the prefill
-    work they bring, largest first, each to the worker it leaves least loaded, and
-    a group larger than half a worker's fair share is cut into pieces of at most a
-    quarter of it (its prefix is then computed once per piece: the replication of
-    a group that would overload one worker; quarters leave the packing enough
-    small pieces to even the workers out).
+    the batch's shared-prefix groups are packed onto the workers by the tokens they
+    bring, largest first, each to the worker it leaves least loaded; only a group
+    bigger than a worker's fair share is cut beforehand, and members then move off
+    the busiest worker while that lowers its load. Groups stay whole unless load
+    forbids it; the prefix of a group that is split is computed once per worker
+    it lands on (the replication of a group that would overload one worker).
 
     Examples
     --------
@@ -142,53 +192,132 @@ class DefaultPolicy:
 
         Work is counted in prompt tokens to compute: a group's shared prefix, less
         what the worker already holds of it, plus every member's own part. A worker
-        starts with the prefill tokens already queued on it. Each decision's reason
-        is ``"batch"``, with the piece's ``group_tokens`` and the worker's
-        ``worker_tokens`` after it. O(requests + groups x workers).
+        starts with the prefill tokens already queued on it. Whole groups are
+        packed largest first, each on the worker it leaves least loaded; then, while
+        it lowers the busiest worker's load, members of one of the busiest worker's
+        groups (split already, or bigger than half a share) move to the least loaded
+        worker, which computes the group's prefix once more. Each decision's reason
+        is ``"batch"``, with its piece's ``group_tokens`` and the worker's
+        ``worker_tokens`` once the batch is placed. O(requests + (groups + moves) x
+        workers + moves x pieces), at most ``4 x workers + groups`` moves.
         """
         if not requests:
             return []
         workers = views[0].workers
         n = len(workers)
         load = [float(q) for q in views[0].prefill_tokens]
-        pieces: list[tuple[float, list[int], int]] = []
-        total = sum(load)
-        for indices, shared in groups:
-            tails = [len(requests[i].tokens) - shared for i in indices]
-            total += shared + sum(tails)
-            pieces.append((shared + sum(tails), list(indices), shared))
-        fair = total / n
-        cap = max(fair / 4.0, 1.0)
-        cut: list[tuple[float, list[int], int]] = []
-        for work, indices, shared in pieces:
-            if work <= fair / 2.0 or len(indices) == 1:
-                cut.append((work, indices, shared))
-                continue
-            run: list[int] = []
-            size = float(shared)
-            for i in indices:
-                own = len(requests[i].tokens) - shared
-                if run and size + own > cap:
-                    cut.append((size, run, shared))
-                    run, size = [], float(shared)
-                run.append(i)
-                size += own
-            cut.append((size, run, shared))
-        cut.sort(key=lambda piece: -piece[0])
-        out: list[Choice | None] = [None] * len(requests)
-        for work, indices, shared in cut:
-            held = views[indices[0]].lengths
+        # A piece: members, their own tokens (past the shared prefix), the prefix, and
+        # what each worker holds of the group's first request.
+        pieces: list[_Piece] = []
+        for g, group in enumerate(groups):
+            indices, shared = group
+            members = list(indices)
+            # The router's groups say what each member adds to its group's trie (its
+            # own tokens past what an earlier member shares with it); a user's groups
+            # may not, and then everything past the group's prefix counts.
+            own = getattr(group, "own", None)
+            if own is not None and len(own) == len(members):
+                tails = [float(t) for t in own]
+            else:
+                tails = [float(len(requests[i].tokens) - shared) for i in members]
+            pieces.append(_Piece(g, members, tails, shared, views[members[0]].lengths))
+        # A group bigger than a worker's fair share cannot stay on one worker: it is
+        # cut, before any packing, into pieces of at most a quarter share, but never
+        # so small that its prefix (computed once per piece) is more than a quarter
+        # of a piece. Evenly sized pieces also spread evenly the error of the token
+        # counts (a cache that evicts computes more than them).
+        fair = (sum(load) + sum(piece.work for piece in pieces)) / n
+        pieces = [
+            part
+            for piece in pieces
+            for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
+        ]
+        where = [0] * len(pieces)
+        # (group, worker) of every piece placed: a second piece of a group on the
+        # same worker shares the first one's prefix there.
+        placed: set[tuple[int, int]] = set()
+        for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].work):
+            piece = pieces[p]
             best, best_after = 0, math.inf
             for w in range(n):
-                after = load[w] + work - min(held[w], shared)
+                prefix = 0.0 if (piece.group, w) in placed else piece.prefix_on(w)
+                after = load[w] + prefix + piece.tail_work
                 if after < best_after:
                     best, best_after = w, after
+            where[p] = best
             load[best] = best_after
-            detail = (("group_tokens", work), ("worker_tokens", best_after))
-            choice = Choice(workers[best], "batch", detail)
-            for i in indices:
+            placed.add((piece.group, best))
+        # Groups in several pieces already: moving more of them costs less in hits
+        # than splitting one more group, which only a group above half a share risks.
+        split = {g for g, count in Counter(piece.group for piece in pieces).items() if count > 1}
+        for _ in range(4 * n + len(pieces)):
+            if not self._move_part(pieces, where, load, placed, split, fair / 2.0):
+                break
+        out: list[Choice | None] = [None] * len(requests)
+        for p, piece in enumerate(pieces):
+            w = where[p]
+            detail = (("group_tokens", piece.cost_on(w)), ("worker_tokens", load[w]))
+            choice = new_choice(Choice, (workers[w], "batch", detail))
+            for i in piece.members:
                 out[i] = choice
         return [c for c in out if c is not None]
+
+    @staticmethod
+    def _move_part(
+        pieces: list[_Piece],
+        where: list[int],
+        load: list[float],
+        placed: set[tuple[int, int]],
+        split: set[int],
+        whole_limit: float,
+    ) -> bool:
+        """Move members of one of the busiest worker's groups to the least loaded worker,
+        if that lowers the busiest load; returns whether it did. Only a group split
+        already or bigger than ``whole_limit`` tokens gives members."""
+        high = load.index(max(load))
+        low = load.index(min(load))
+        if high == low:
+            return False
+        # Of the busiest worker's pieces, the move that leaves the lower busiest load
+        # (the prefix is free where its group already is); ties to the larger piece.
+        best: tuple[float, float, int, int, float, float] | None = None
+        for p, w in enumerate(where):
+            piece = pieces[p]
+            if w != high or len(piece.members) < 2:
+                continue
+            if piece.group not in split and piece.work <= whole_limit:
+                continue  # a group that fits stays whole
+            prefix = 0.0 if (piece.group, low) in placed else piece.prefix_on(low)
+            # Even the two loads out: the moved members' own tokens leave ``high``,
+            # and ``low`` gets them plus the prefix it lacks.
+            target = (load[high] - load[low] - prefix) / 2.0
+            moved, work, tails = 0, 0.0, piece.tails
+            while moved < len(tails) - 1:
+                tail = tails[len(tails) - 1 - moved]
+                if work + tail > target and moved:
+                    break
+                moved += 1
+                work += tail
+            after = max(load[high] - work, load[low] + prefix + work)
+            key = (after, -piece.tail_work)
+            if after < load[high] and (best is None or key < best[:2]):
+                best = (after, -piece.tail_work, p, moved, work, prefix)
+        if best is None:
+            return False
+        _, _, p, moved, work, prefix = best
+        piece = pieces[p]
+        tails = piece.tails
+        cut = len(piece.members) - moved
+        part = _Piece(piece.group, piece.members[cut:], tails[cut:], piece.shared, piece.held)
+        del piece.members[cut:], tails[cut:]
+        piece.tail_work -= work
+        pieces.append(part)
+        where.append(low)
+        placed.add((piece.group, low))
+        split.add(piece.group)
+        load[high] -= work
+        load[low] += prefix + work
+        return True
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the lowest-score worker; reason ``"affinity"``, ``"spill"`` or ``"balance"``.

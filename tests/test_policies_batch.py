@@ -1,0 +1,84 @@
+"""The batch rules of ``default`` (pack groups, split only what load forbids) and
+``longest_prefix`` (pure affinity: never split), through ``Router.dispatch_batch``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from radixmeta import Router
+
+
+def prompt(group: int, k: int, prefix: int = 64, own: int = 8) -> np.ndarray:
+    """A prompt of ``group``: its ``prefix`` tokens, then ``own`` tokens of its own."""
+    return np.array([1000 + group] * prefix + [k % 997] * own, dtype=np.uint32)
+
+
+def routed(policy: str, batch: list[np.ndarray], workers: int = 4) -> list[int]:
+    router = Router(4, policy=policy)
+    for i in range(workers):
+        router.add_worker(f"w{i}")
+    return [d.worker.index for d in router.dispatch_batch(batch)]
+
+
+def computed(batch: list[np.ndarray], where: list[int], workers: int = 4) -> list[int]:
+    """Tokens each worker computes for its part of the batch: its part's trie."""
+    out = [0] * workers
+    seen: list[set[bytes]] = [set() for _ in range(workers)]
+    for key, w in zip(batch, where, strict=True):
+        for end in range(1, len(key) + 1):
+            page = key[:end].tobytes()
+            if page not in seen[w]:
+                seen[w].add(page)
+                out[w] += 1
+    return out
+
+
+def test_default_keeps_groups_whole_when_they_pack_evenly() -> None:
+    batch = [prompt(g, k) for k in range(6) for g in range(4)]  # interleaved
+    where = routed("default", batch)
+    by_group = {g: {where[i] for i in range(len(batch)) if i % 4 == g} for g in range(4)}
+    assert all(len(w) == 1 for w in by_group.values())  # each group on one worker
+    assert len({next(iter(w)) for w in by_group.values()}) == 4  # one group a worker
+
+
+def test_default_splits_only_the_group_too_big_for_one_worker() -> None:
+    big = [prompt(0, k, prefix=64, own=32) for k in range(40)]
+    small = [prompt(g, k, prefix=64, own=32) for g in (1, 2, 3) for k in range(4)]
+    batch = big + small
+    where = routed("default", batch)
+    assert len(set(where[:40])) > 1  # the big group is spread
+    for g in range(3):
+        assert len(set(where[40 + 4 * g : 44 + 4 * g])) == 1  # the small ones are not
+    work = computed(batch, where)
+    assert max(work) <= 1.1 * sum(work) / 4  # and the workers compute evenly
+
+
+def test_longest_prefix_never_splits_a_group() -> None:
+    big = [prompt(0, k, prefix=64, own=32) for k in range(40)]
+    small = [prompt(g, k, prefix=64, own=32) for g in (1, 2, 3) for k in range(4)]
+    batch = big + small
+    where = routed("longest_prefix", batch)
+    counts = Counter(where)
+    assert len(set(where[:40])) == 1  # pure affinity: the big group stays whole
+    assert counts.most_common(1)[0][1] == 40
+    work = computed(batch, where)
+    assert max(work) > 2 * sum(work) / 4  # the imbalance it shows
+    assert len(set(where[40:])) == 3  # ties spread the other groups by load
+
+
+def test_default_batch_goes_around_a_queued_worker() -> None:
+    router = Router(4, policy="default")
+    workers = [router.add_worker(f"w{i}") for i in range(2)]
+    # w0 has a long prefill queued (a request in flight, not finished).
+    router.dispatch(np.arange(5000, 9000, dtype=np.uint32))
+    busy = router.load(workers[0]).prefill_tokens or router.load(workers[1]).prefill_tokens
+    assert busy == 4000
+    queued = 0 if router.load(workers[0]).prefill_tokens else 1
+    where = routed_on(router, [prompt(0, k) for k in range(4)])
+    assert set(where) == {1 - queued}
+
+
+def routed_on(router: Router, batch: list[np.ndarray]) -> list[int]:
+    return [d.worker.index for d in router.dispatch_batch(batch)]
