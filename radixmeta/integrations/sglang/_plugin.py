@@ -127,6 +127,11 @@ def register() -> None:
     UnsupportedVersionError
         SGLang has no radix-cache backend registry (releases before it).
     """
+    # The DP dispatcher's hook first: it does not depend on the cache registry,
+    # and registers nothing unless its switch is on.
+    from radixmeta.integrations.sglang.dispatch import register_hooks
+
+    register_hooks()
     version = sglang_version()
     try:
         registry = importlib.import_module("sglang.srt.mem_cache.registry")
