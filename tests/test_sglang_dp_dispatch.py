@@ -277,3 +277,48 @@ def test_switch_and_configuration_errors(monkeypatch: pytest.MonkeyPatch) -> Non
     assert live == ["tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "tcp://127.0.0.1:5559"]
     assert replay == ["tcp://127.0.0.1:5600", "tcp://127.0.0.1:5601", "tcp://127.0.0.1:5602"]
     assert topic == b"kv"
+
+
+def test_lora_requests_match_the_pages_their_adapter_stored(sgl: Any) -> None:
+    # Events name a --lora-paths adapter by lora_name; requests carry its lora_id, the
+    # deterministic id SGLang gives those adapters. Any other id is published without a
+    # name, so it matches the base model's pages, as the events say.
+    from sglang.srt.lora.lora_registry import LoRARef
+
+    args = type("Args", (), {"lora_paths": ["sql=/adapters/sql", "/adapters/chat"]})()
+    names = D.lora_names(args)
+    sql = LoRARef.deterministic_id("sql", "/adapters/sql")
+    assert names == {sql: "sql", LoRARef.deterministic_id("/adapters/chat", "/adapters/chat"):
+                     "/adapters/chat"}
+    assert D.lora_names(type("Args", (), {"lora_paths": None})()) == {}
+
+    base = free_port_block(DP)
+    pubs = [ZmqPublisher(f"tcp://127.0.0.1:{base + r}", bind=True) for r in range(DP)]
+    log: list[tuple[int, bytes]] = []
+    c = controller(sgl, log, f'{{"publisher": "zmq", "endpoint": "tcp://*:{base}"}}')
+    c.server_args.lora_paths = args.lora_paths
+    d = D.install(c, c.server_args, policy="longest_prefix")
+    try:
+        time.sleep(0.3)
+        n = len(PREFIX) // PAGE
+        event = BlockStored(np.arange(1, n + 1, dtype=np.uint64), None,
+                            np.array(PREFIX, np.uint32), PAGE, medium="GPU", lora_name="sql")
+        pubs[1].publish(sglang.encode_batch(EventBatch(time.time(), [event], 0),
+                                            version="0.5.23"))
+        deadline = time.monotonic() + 10
+        while d.router.tree.held_tokens(d.workers[1]) < len(PREFIX):
+            assert time.monotonic() < deadline, "rank 1 never reported its adapter's pages"
+            time.sleep(0.01)
+        c.dispatching(request(sgl, "sql", [*PREFIX, 1], lora_id=sql))
+        assert log[0][0] == 1  # the adapter's own pages
+        assert d.router.metrics()["decisions"] == {"affinity": 1}
+        c.dispatching(request(sgl, "other", [*PREFIX, 3], lora_id="f" * 32))
+        # Not the adapter's pages: nothing in the base namespace matched.
+        assert d.router.metrics()["decisions"] == {"affinity": 1, "balance": 1}
+        salted = request(sgl, "s", PREFIX, lora_id=sql, cache_salt="t1")
+        assert D._namespace(salted, names) == "lora:sql|salt:t1"
+        assert D._namespace(request(sgl, "o", PREFIX, lora_id="f" * 32), names) is None
+    finally:
+        d.close(timeout=5.0)
+        for p in pubs:
+            p.close()

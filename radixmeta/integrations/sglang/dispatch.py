@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "enabled_policy",
     "event_endpoints",
     "install",
+    "lora_names",
     "register_hooks",
 ]
 
@@ -219,15 +220,16 @@ class _SnapshotLoads:
             del self.on_finish
 
     def choose(self, request: Request, view: View) -> Any:
+        # The view is this request's own (the router builds one per request), so its
+        # load lists are replaced in place rather than by a copy of the whole view.
         loads = self.dispatcher.loads
-        ranks = [w.dp_rank for w in view.workers]
-        totals = [loads[r].totals() for r in ranks]
-        view = replace(
-            view,
-            requests=[t[0] for t in totals],
-            prefill_tokens=[t[1] for t in totals],
-            decode_tokens=[t[2] for t in totals],
-        )
+        requests, prefill, decode = [], [], []
+        for worker in view.workers:
+            load = loads[worker.dp_rank]
+            requests.append(load.requests + len(load.since))
+            prefill.append(load.prefill_tokens + load.since_tokens)
+            decode.append(load.decode_tokens)
+        view.requests, view.prefill_tokens, view.decode_tokens = requests, prefill, decode
         return self.inner.choose(request, view)
 
 
@@ -259,6 +261,11 @@ class DPDispatcher:
         Least seconds between two reads of the load snapshots (SGLang's 20 ms).
     send : callable, optional
         ``send(socket, req)``; SGLang's ``sock_send`` by default.
+    interval : float, default 0.002
+        Seconds between two turns of the router's event thread.
+    lora_names : mapping, optional
+        ``lora_id -> adapter name`` of the adapters the ranks' events name
+        (:func:`lora_names` of the server arguments, which ``install`` passes).
     """
 
     def __init__(
@@ -276,6 +283,7 @@ class DPDispatcher:
         refresh_interval: float = 0.02,
         send: Callable[[Any, Any], Any] | None = None,
         interval: float = 0.002,
+        lora_names: Mapping[str, str] | None = None,
     ) -> None:
         from radixmeta.router import Router
         from radixmeta.subscription import WorkerEndpoint
@@ -293,6 +301,7 @@ class DPDispatcher:
         self.refresh_interval = refresh_interval
         self.loads = [RankLoad() for _ in range(dp_size)]
         self.policy_name = policy
+        self.lora_names: Mapping[str, str] = dict(lora_names or {})
         self.router = Router(page_size, policy=_SnapshotLoads(create(policy), self))
         # One endpoint of dp_size ranks: the subscription offsets the ports by the
         # rank, SGLang's rule, and registers worker (_WORKER, rank) for each.
@@ -332,9 +341,14 @@ class DPDispatcher:
             raise RuntimeError(msg)
         # input_ids is an array('q') (or a list): one conversion, no Python loop.
         tokens = np.asarray(req.input_ids).astype(np.uint32, copy=False)
-        fresh = tuple(r for r in active if not self.stale[r])
-        least = min(active, key=lambda r: (self.loads[r].totals()[:2], r))
-        if not fresh or self.stale[least]:
+        stale = self.stale
+        if True in stale:
+            fresh = tuple(r for r in active if not stale[r])
+            least = min(active, key=lambda r: (self.loads[r].totals()[:2], r))
+        else:  # the common case: every rank fresh, no least-loaded scan
+            fresh = tuple(active)
+            least = -1
+        if not fresh or (least >= 0 and stale[least]):
             # A rank whose events stopped has no trustworthy cache view: it is chosen
             # only as the least loaded of all, and only while it is.
             rank = int(least)
@@ -348,7 +362,7 @@ class DPDispatcher:
                             self.workers[r]
                         )
                 self._up = fresh
-            decision = self.router.dispatch(tokens, namespace=_namespace(req))
+            decision = self.router.dispatch(tokens, namespace=_namespace(req, self.lora_names))
             rank = decision.worker.dp_rank
             uncached = len(tokens) - decision.matched
             self.counts["routed"] += 1
@@ -410,17 +424,53 @@ class DPDispatcher:
         self.router.close(timeout)
 
 
-def _namespace(req: Any) -> str | None:
-    # SGLang's events name a page's namespace by its adapter and salt only
-    # (the extra_key itself is not sent), which is what radixmeta.ingest keys by.
+def _namespace(req: Any, lora_names: Mapping[str, str]) -> str | None:
+    """The namespace SGLang's events give the pages ``req`` will store.
+
+    A scheduler's events name a page's adapter by ``lora_name``, which it
+    finds from the ``lora_id`` at the end of the extra key in its table of the
+    ``--lora-paths`` adapters; for any other adapter (one loaded later) it
+    sends no name, so its pages share the base model's namespace in the
+    events, and here too. The cache salt is sent as it is. The rest of the
+    extra key is not sent, so it cannot count (radixmeta.ingest keys alike).
+    """
     parts = []
-    lora = getattr(req, "lora_name", None) or getattr(req, "lora_id", None)
-    if lora:
-        parts.append(f"lora:{lora}")
+    lora_id = getattr(req, "lora_id", None)
+    name = lora_names.get(lora_id) if lora_id else None
+    if name is not None:
+        parts.append(f"lora:{name}")
     salt = getattr(req, "cache_salt", None)
     if salt:
         parts.append(f"salt:{salt}")
     return "|".join(parts) if parts else None
+
+
+def lora_names(server_args: Any) -> dict[str, str]:
+    """``lora_id -> adapter name`` of the ``--lora-paths`` adapters, as the schedulers
+    build their event table (``KvEventLoraNames``): SGLang's ids for those are
+    ``LoRARef.deterministic_id(name, path)``, the same in every process."""
+    paths = getattr(server_args, "lora_paths", None)
+    if not paths:
+        return {}
+    refs: list[Any] = []
+    if isinstance(paths, Mapping):
+        pairs: list[tuple[str, str]] = [(str(k), str(v)) for k, v in paths.items()]
+    else:
+        pairs = []
+        for item in paths:
+            if hasattr(item, "lora_id") and hasattr(item, "lora_name"):
+                refs.append(item)  # parsed already (a LoRARef)
+            elif isinstance(item, Mapping):
+                pairs.append((str(item["lora_name"]), str(item["lora_path"])))
+            elif isinstance(item, str):
+                name, _, path = item.partition("=")
+                pairs.append((name, path) if path else (item, item))
+    table = {str(ref.lora_id): str(ref.lora_name) for ref in refs if ref.lora_name}
+    if pairs:
+        registry = importlib.import_module("sglang.srt.lora.lora_registry")
+        for name, path in pairs:
+            table[registry.LoRARef.deterministic_id(name, path)] = name
+    return table
 
 
 def install(
@@ -449,6 +499,7 @@ def install(
         live=live,
         replays=replays,
         topic=topic,
+        lora_names=lora_names(server_args),
         **options,
     )
     controller.radixmeta_dispatcher = dispatcher
