@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from radixmeta import _keys
 from radixmeta._batch import prefix_groups
+from radixmeta._impl import backend
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
@@ -844,25 +845,54 @@ class Router:
                     self._prefill[worker.index] += len(request.tokens) - lengths[worker.index]
             else:  # these count the loads as they decide (later decisions see them)
                 choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
+            # What each request finds on its worker also counts the batch's earlier
+            # requests sent there (their pages are marked with this batch): the hit the
+            # decision estimates, and the prefill load it takes back out of the count.
+            matched_of = self._batch_matched(requests_, every, choices)
+            for request_index, (worker, *_) in enumerate(choices):
+                gain = matched_of[request_index] - every[request_index][worker.index]
+                if gain:
+                    self._prefill[worker.index] -= gain
             # Nothing below raises: the decisions are applied whole.
             decisions = []
             exact, clock, hook = self._exact, self._clock, self._on_dispatch
-            for request, m, lengths, (worker, label, detail, view) in zip(
-                requests_, matches, every, choices, strict=True
+            for request, m, matched, (worker, label, detail, view) in zip(
+                requests_, matches, matched_of, choices, strict=True
             ):
-                i = worker.index
                 hold: int | None = None
                 if exact:
                     hold = m.hold(worker)
                 else:
                     m.insert(worker)
-                rid, matched, now = request.request_id, lengths[i], clock()
+                rid, now = request.request_id, clock()
                 decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
                 flights[rid] = decision
                 if hook is not None:
-                    hook(request, worker, lengths[i])
+                    hook(request, worker, matched)
                 decisions.append(decision)
             return decisions
+
+    def _batch_matched(
+        self, requests: list[Request], every: list[list[int]], choices: Sequence[Any]
+    ) -> list[int]:
+        """Per request of a batch: the tokens its worker holds of it, counting the pages
+        of the batch's earlier requests sent to the same worker (in one namespace, with
+        no extra tags: those pages are not their tokens alone). One batch trie per
+        worker that got two or more."""
+        matched = [every[k][choice[0].index] for k, choice in enumerate(choices)]
+        together: dict[tuple[int, Hashable], list[int]] = {}
+        for k, (choice, request) in enumerate(zip(choices, requests, strict=True)):
+            if request.extras is None:
+                together.setdefault((choice[0].index, request.namespace), []).append(k)
+        for members in together.values():
+            if len(members) < 2:
+                continue
+            keys = [requests[k].tokens for k in members]
+            _, shared = backend.prefix_partners(keys, self.page_size)
+            for k, length in zip(members, shared.tolist(), strict=True):
+                if length > matched[k]:
+                    matched[k] = length
+        return matched
 
     def _batch_item(
         self, k: int, item: object

@@ -132,10 +132,16 @@ def test_a_shared_prefix_group_stays_on_one_worker() -> None:
     assert {next(iter(ws)) for ws in on.values()} == set(workers)  # one group per worker
     assert len(recorder.seen) == 3  # one decision per group, not per request
     assert [d.label for d in decisions] == ["least_loaded"] * 15
-    # The loads count every request; the hits count what the batch's own earlier requests
-    # could not give (the views are taken before the batch's decisions).
+    # The loads count every request; a hit counts what the batch's earlier requests sent
+    # to the same worker give (their pages are marked at once): the group's 24-token
+    # prefix for every member but the first, which the prefill load leaves out too.
     for w in workers:
         assert router.load(w).requests == 5
+        assert router.load(w).prefill_tokens == 32 + 4 * 8
+    seen_group: set[int] = set()
+    for d, key in zip(decisions, batch, strict=True):
+        assert d.matched == (24 if key[0] in seen_group else 0)
+        seen_group.add(key[0])
     for d in decisions:
         router.finish(d.request_id)
     assert router.tree.hold_count == 0 and router.in_flight == 0

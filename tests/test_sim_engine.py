@@ -223,3 +223,14 @@ def test_the_cli_simulates_and_writes_its_files(tmp_path: Path) -> None:
     assert {e["name"] for e in events if e["ph"] == "X"} >= {"prefill", "decode"}
     assert main(["simulate", "--policies", "nope"]) == 2
     assert main(["simulate", "--capacity", "lots"]) == 2
+
+
+def test_the_routers_estimate_counts_a_batchs_own_sharing() -> None:
+    # All at once through dispatch_batch: a group's later members hit the pages its first
+    # member's marks hold on the same worker, and the router's estimate says so. With
+    # unbounded caches it is what the workers hit; a small cache then falls short of it.
+    s = run(small_gsp(), workers=2, policy="default")
+    assert s["estimated_hit_rate"] == pytest.approx(s["hit_rate"], abs=0.01)
+    assert s["estimated_hit_rate"] > 0.5
+    tight = run(small_gsp(), workers=2, policy="default", capacity=600)
+    assert tight["hit_rate"] < tight["estimated_hit_rate"] - 0.1
