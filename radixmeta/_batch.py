@@ -21,19 +21,40 @@ __all__ = ["PrefixGroup", "prefix_groups"]
 
 
 class PrefixGroup(tuple[list[int], int]):
-    """One group of a batch: ``(members, shared)``, which is how it unpacks, plus ``own``.
+    """One group of a batch: ``(members, shared)``, which is how it unpacks, and more.
 
-    ``own`` lists, per member, the tokens it does not share with an earlier
-    member of its group (for the first member: past the group's shared prefix),
-    so ``shared + sum(own)`` is what the whole group computes on one worker.
+    Attributes
+    ----------
+    partners : list of int
+        Per member, the batch index of the earlier member of its group it shares
+        the most whole pages with (its link), ``-1`` for the first member.
+    common : list of int
+        Per member, the tokens it shares with that partner (0 for the first).
+    own : list of int
+        Per member, the tokens it does not share with an earlier member of its
+        group (for the first member: past the group's shared prefix), so
+        ``shared + sum(own)`` is what the whole group computes on one worker.
     """
 
+    partners: list[int]
+    common: list[int]
     own: list[int]
 
-    def __new__(cls, members: list[int], shared: int, own: list[int]) -> PrefixGroup:
+    def __new__(
+        cls,
+        members: list[int],
+        shared: int,
+        partners: list[int],
+        common: list[int],
+        own: list[int],
+    ) -> PrefixGroup:
         group = super().__new__(cls, (members, shared))
-        group.own = own
+        group.partners, group.common, group.own = partners, common, own
         return group
+
+    def __getnewargs__(self) -> tuple[list[int], int, list[int], list[int], list[int]]:
+        # What copy and pickle pass back to __new__ (a tuple's own would be one argument).
+        return (self[0], self[1], self.partners, self.common, self.own)
 
 
 def prefix_groups(
@@ -72,13 +93,15 @@ def prefix_groups(
     count = len(keys)
     root = list(range(count))  # each request's group: the index of its first member
     shared_of = [0] * count  # per first member: the tokens its group shares
-    common = [0] * count  # per request: the most it shares with an earlier one
+    partner = [-1] * count  # per request: the earlier request it shares the most with
+    common = [0] * count  # and how many tokens
     if namespaces.count(None) == count and True not in tagged:
         if count < 2:
-            return [PrefixGroup([i], 0, [len(keys[i])]) for i in range(count)]
+            return [PrefixGroup([i], 0, [-1], [0], [len(keys[i])]) for i in range(count)]
         first, shared = backend.prefix_groups(keys, page_size, ratio)  # the common batch
         root, shared_of = first.tolist(), shared.tolist()
-        common = backend.prefix_partners(keys, page_size)[1].tolist()
+        found, lengths = backend.prefix_partners(keys, page_size)
+        partner, common = found.tolist(), lengths.tolist()
     else:
         by_namespace: dict[Hashable, list[int]] = {}
         for i in range(count):
@@ -89,11 +112,15 @@ def prefix_groups(
                 continue
             subset = [keys[i] for i in members]
             first, shared = backend.prefix_groups(subset, page_size, ratio)
-            partners = backend.prefix_partners(subset, page_size)[1].tolist()
-            for k, (f, length) in enumerate(zip(first.tolist(), shared.tolist(), strict=True)):
-                root[members[k]] = members[f]
-                shared_of[members[k]] = length
-                common[members[k]] = partners[k]
+            found, lengths = backend.prefix_partners(subset, page_size)
+            for k, (f, length, j, c) in enumerate(
+                zip(first.tolist(), shared.tolist(), found.tolist(), lengths.tolist(), strict=True)
+            ):
+                i = members[k]
+                root[i] = members[f]
+                shared_of[i] = length
+                partner[i] = members[j] if j >= 0 else -1
+                common[i] = c
     groups: dict[int, list[int]] = {}
     for i, f in enumerate(root):
         if f == i:
@@ -103,7 +130,10 @@ def prefix_groups(
     out = []
     for f, members in groups.items():
         # A later member's best earlier partner is in its group (that is its link).
-        own = [len(keys[i]) - common[i] for i in members]
+        links = [partner[i] for i in members]
+        shares = [common[i] for i in members]
+        links[0], shares[0] = -1, 0
+        own = [len(keys[i]) - c for i, c in zip(members, shares, strict=True)]
         own[0] = len(keys[f]) - shared_of[f]
-        out.append(PrefixGroup(members, shared_of[f], own))
+        out.append(PrefixGroup(members, shared_of[f], links, shares, own))
     return out

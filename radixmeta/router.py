@@ -838,21 +838,22 @@ class Router:
                 self.page_size,
                 self.group_ratio,
             )
-            if self._choose_batch is not None:
-                choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                for request, lengths, (worker, *_) in zip(requests_, every, choices, strict=True):
-                    self._requests[worker.index] += 1
-                    self._prefill[worker.index] += len(request.tokens) - lengths[worker.index]
-            else:  # these count the loads as they decide (later decisions see them)
-                choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
             # What each request finds on its worker also counts the batch's earlier
             # requests sent there (their pages are marked with this batch): the hit the
-            # decision estimates, and the prefill load it takes back out of the count.
-            matched_of = self._batch_matched(requests_, every, choices)
-            for request_index, (worker, *_) in enumerate(choices):
-                gain = matched_of[request_index] - every[request_index][worker.index]
-                if gain:
-                    self._prefill[worker.index] -= gain
+            # decision estimates, and the prefill load it leaves out.
+            if self._choose_batch is not None:
+                choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
+                matched_of = self._batch_matched(requests_, every, choices)
+                for request, matched, (worker, *_) in zip(
+                    requests_, matched_of, choices, strict=True
+                ):
+                    self._requests[worker.index] += 1
+                    self._prefill[worker.index] += len(request.tokens) - matched
+            else:  # these count the loads as they decide (later decisions see them)
+                choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
+                matched_of = self._batch_matched(requests_, every, choices)
+                for k, (worker, *_) in enumerate(choices):
+                    self._prefill[worker.index] -= matched_of[k] - every[k][worker.index]
             # Nothing below raises: the decisions are applied whole.
             decisions = []
             exact, clock, hook = self._exact, self._clock, self._on_dispatch

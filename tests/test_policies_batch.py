@@ -82,3 +82,61 @@ def test_default_batch_goes_around_a_queued_worker() -> None:
 
 def routed_on(router: Router, batch: list[np.ndarray]) -> list[int]:
     return [d.worker.index for d in router.dispatch_batch(batch)]
+
+
+def test_default_counts_what_a_worker_holds_beyond_the_group_prefix() -> None:
+    # A batch of one whose prompt w2 holds already: it goes there, as dispatch would.
+    router = Router(4, policy="default")
+    workers = [router.add_worker(f"w{i}") for i in range(4)]
+    key = np.arange(10_000, 12_048, dtype=np.uint32)
+    router.tree.insert(key, workers[2])
+    (d,) = router.dispatch_batch([key])
+    assert d.worker == workers[2] and d.matched == 2048
+
+
+def test_a_conversation_is_not_cut_where_each_turn_builds_on_the_last() -> None:
+    # Twelve turns of one session: each prompt is the last one plus a new message. Cut
+    # anywhere, the first turn moved would recompute its whole history; the estimate
+    # sees that, so the session stays whole unless splitting really lowers the load.
+    history: list[int] = []
+    batch = []
+    for turn in range(12):
+        history = history + [5000 + turn] * 64
+        batch.append(np.array(history, dtype=np.uint32))
+    where = routed("default", batch)
+    work = computed(batch, where)
+    whole = computed(batch, [0] * len(batch))
+    assert sum(work) <= 1.05 * sum(whole)  # the shared history is not recomputed
+
+
+def test_prefix_groups_copy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    from radixmeta._batch import prefix_groups
+
+    keys = [prompt(0, k) for k in range(3)] + [prompt(1, 0)]
+    groups = prefix_groups(keys, [None] * 4, [False] * 4, 4, 0.5)
+    for other in (copy.copy(groups), copy.deepcopy(groups), pickle.loads(pickle.dumps(groups))):
+        assert other == groups
+        assert [(g.partners, g.common, g.own) for g in other] == [
+            (g.partners, g.common, g.own) for g in groups
+        ]
+
+
+def test_longest_prefix_batch_loads_by_tokens_never_go_negative() -> None:
+    router = Router(4, policy="longest_prefix")
+    workers = [router.add_worker(f"w{i}") for i in range(2)]
+    long = np.arange(1, 4097, dtype=np.uint32)
+    router.tree.insert(long, workers[0])
+    # A short member of a group whose first member w0 holds far past the short one.
+    from radixmeta.policies import create
+
+    router.policy = create("longest_prefix", load="tokens")
+    longer = np.concatenate([long, np.arange(20_000, 21_000, dtype=np.uint32)])
+    fresh = np.arange(9000, 9100, dtype=np.uint32)
+    decisions = router.dispatch_batch([long, long[:512], longer, fresh])
+    assert {d.worker for d in decisions[:3]} == {workers[0]}
+    # w0 now has 1,000 uncached tokens, not 1,000 - 3,584 for the short member: the
+    # fresh prompt goes to the other worker.
+    assert decisions[3].worker == workers[1]

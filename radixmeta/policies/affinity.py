@@ -82,6 +82,8 @@ class LongestPrefix:
         loads = [float(x) for x in loads_of(views[0], self._by_tokens)]
         out: list[Choice | None] = [None] * len(requests)
         for indices, _shared in groups:
+            if not indices:
+                continue
             lengths = views[indices[0]].lengths
             i = _best_match(lengths, loads)
             matched = lengths[i]
@@ -90,9 +92,10 @@ class LongestPrefix:
             choice = new_choice(Choice, (workers[i], reason, detail))
             for k in indices:
                 out[k] = choice
-                loads[i] += (
-                    len(requests[k].tokens) - lengths[i] if self._by_tokens else 1
-                )
+                if self._by_tokens:  # each member's own uncached part
+                    loads[i] += max(0, len(requests[k].tokens) - views[k].lengths[i])
+                else:
+                    loads[i] += 1
         return [c for c in out if c is not None]
 
     def choose(self, request: Request, view: View) -> Choice:

@@ -37,55 +37,88 @@ __all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
 #: chunked prefill with a 512-token budget).
 CHUNK_TOKENS = 512
 _TIMES_KEPT = 1 << 16
+_ORDERS_KEPT = 64
+
+
+class _Member:
+    """What ``choose_batch`` knows of one request of a batch group."""
+
+    __slots__ = ("common", "held", "index", "length", "partner")
+
+    def __init__(self, index: int, length: int, partner: int, common: int, held: list[int]):
+        self.index = index  # in the batch
+        self.length = length
+        self.partner = partner  # the earlier member it shares the most with (-1: none)
+        self.common = common  # tokens shared with it
+        self.held = held  # per worker, what the worker already holds of it
 
 
 class _Piece:
-    """Members of one prefix group placed together by ``choose_batch``."""
+    """Members of one prefix group placed together by ``choose_batch``.
 
-    __slots__ = ("group", "held", "members", "shared", "tail_work", "tails")
+    A member computes its prompt past the longest of: what the worker holds of
+    it, and what it shares with an earlier member of the same piece (its
+    partner's share when the partner is in the piece, else the group's shared
+    prefix, which every member has in common with the piece's first one). The
+    first member computes the shared prefix too unless another piece of the
+    group is on that worker already.
+    """
 
-    def __init__(
-        self, group: int, members: list[int], tails: list[float], shared: int, held: list[int]
-    ) -> None:
+    __slots__ = ("cold", "group", "members", "shared")
+
+    def __init__(self, group: int, members: list[_Member], shared: int) -> None:
         self.group = group  # the batch group it is (part of)
         self.members = members
-        self.tails = tails
         self.shared = shared
-        self.held = held
-        self.tail_work = sum(tails)
+        self.cold = self.cost(-1, False)  # on a worker holding none of it
 
-    @property
-    def work(self) -> float:
-        """Its tokens to compute on a worker that holds none of it."""
-        return self.shared + self.tail_work
+    def _floors(self) -> list[int]:
+        """Per member, the tokens it shares with earlier members of the piece."""
+        inside = {m.index for m in self.members}
+        floors = [m.common if m.partner in inside else self.shared for m in self.members]
+        floors[0] = 0
+        return floors
+
+    def cost(self, worker: int, prefix_there: bool) -> float:
+        """Its tokens to compute on ``worker`` (-1: one holding nothing), with the group's
+        prefix there already (another piece of it) or not."""
+        total = 0
+        for member, floor in zip(self.members, self._floors(), strict=True):
+            if floor == 0 and prefix_there:
+                floor = self.shared
+            if worker >= 0:
+                floor = max(floor, member.held[worker])
+            total += max(0, member.length - floor)
+        return float(total)
+
+    def split(self, cut: int) -> tuple[_Piece, _Piece]:
+        """Its first ``cut`` members and the rest, as two pieces."""
+        return (
+            _Piece(self.group, self.members[:cut], self.shared),
+            _Piece(self.group, self.members[cut:], self.shared),
+        )
 
     def cut(self, limit: float, size: float) -> list[_Piece]:
         """Itself if its work is at most ``limit`` (or it has one member), else runs of
-        its members in order, each of work at most ``size`` (at least one member)."""
-        if self.work <= limit or len(self.members) == 1:
+        its members in order, each of cold work at most ``size`` (at least one member);
+        a run's work counts only the sharing inside it."""
+        if self.cold <= limit or len(self.members) == 1:
             return [self]
         parts: list[_Piece] = []
-        start, work = 0, float(self.shared)
-        for k, tail in enumerate(self.tails):
-            if k > start and work + tail > size:
-                parts.append(self._part(start, k))
-                start, work = k, float(self.shared)
-            work += tail
-        parts.append(self._part(start, len(self.tails)))
+        start, work = 0, 0
+        inside: set[int] = set()
+        for k, member in enumerate(self.members):
+            floor = member.common if member.partner in inside else self.shared
+            own = member.length - (0 if k == start else floor)
+            if k > start and work + own > size:
+                parts.append(_Piece(self.group, self.members[start:k], self.shared))
+                start, work = k, 0
+                inside = set()
+                own = member.length
+            work += max(0, own)
+            inside.add(member.index)
+        parts.append(_Piece(self.group, self.members[start:], self.shared))
         return parts
-
-    def _part(self, start: int, stop: int) -> _Piece:
-        return _Piece(
-            self.group, self.members[start:stop], self.tails[start:stop], self.shared, self.held
-        )
-
-    def prefix_on(self, worker: int) -> float:
-        """The group prefix's tokens that ``worker`` would compute."""
-        return float(self.shared - min(self.held[worker], self.shared))
-
-    def cost_on(self, worker: int) -> float:
-        """Its tokens to compute on ``worker``."""
-        return self.prefix_on(worker) + self.tail_work
 
 
 class DefaultPolicy:
@@ -190,134 +223,72 @@ class DefaultPolicy:
     ) -> list[Choice]:
         """Decide a batch by packing its prefix groups on the workers (class docstring).
 
-        Work is counted in prompt tokens to compute: a group's shared prefix, less
-        what the worker already holds of it, plus every member's own part. A worker
-        starts with the prefill tokens already queued on it. Whole groups are
-        packed largest first, each on the worker it leaves least loaded; then, while
-        it lowers the busiest worker's load, members of one of the busiest worker's
-        groups (split already, or bigger than half a share) move to the least loaded
-        worker, which computes the group's prefix once more. Each decision's reason
-        is ``"batch"``, with its piece's ``group_tokens`` and the worker's
-        ``worker_tokens`` once the batch is placed. O(requests + (groups + moves) x
-        workers + moves x pieces), at most ``4 x workers + groups`` moves.
+        Work is counted in prompt tokens to compute: each member's prompt past what
+        the worker already holds of it and what it shares with earlier members
+        placed with it (a group's shared prefix is computed once per worker), and a
+        worker starts with the prefill tokens already queued on it. Groups are
+        packed largest first, each on the worker it leaves least loaded, whole, or
+        (for a group bigger than a worker's share) cut into pieces, whichever
+        packing leaves the lower busiest load. Then, while it lowers the busiest
+        worker's load, members of one of its groups (split already, or bigger than
+        half a share) move to the least loaded worker. Each decision's reason is
+        ``"batch"``, with its piece's ``group_tokens`` and the worker's
+        ``worker_tokens`` once the batch is placed. O((requests + groups) x workers)
+        per packing, plus O(group members) per move, at most ``4 x workers +
+        pieces`` moves.
         """
         if not requests:
             return []
         workers = views[0].workers
         n = len(workers)
-        load = [float(q) for q in views[0].prefill_tokens]
-        # A piece: members, their own tokens (past the shared prefix), the prefix, and
-        # what each worker holds of the group's first request.
-        pieces: list[_Piece] = []
+        queued = [float(q) for q in views[0].prefill_tokens]
+        whole: list[_Piece] = []
         for g, group in enumerate(groups):
             indices, shared = group
-            members = list(indices)
-            # The router's groups say what each member adds to its group's trie (its
-            # own tokens past what an earlier member shares with it); a user's groups
-            # may not, and then everything past the group's prefix counts.
-            own = getattr(group, "own", None)
-            if own is not None and len(own) == len(members):
-                tails = [float(t) for t in own]
-            else:
-                tails = [float(len(requests[i].tokens) - shared) for i in members]
-            pieces.append(_Piece(g, members, tails, shared, views[members[0]].lengths))
-        # A group bigger than a worker's fair share cannot stay on one worker: it is
-        # cut, before any packing, into pieces of at most a quarter share, but never
-        # so small that its prefix (computed once per piece) is more than a quarter
-        # of a piece. Evenly sized pieces also spread evenly the error of the token
-        # counts (a cache that evicts computes more than them).
-        fair = (sum(load) + sum(piece.work for piece in pieces)) / n
-        pieces = [
+            if not indices:
+                continue
+            # The router's groups give each member's partner in the group; a user's
+            # groups may not, and then every member shares only the group's prefix.
+            partners = getattr(group, "partners", None)
+            common = getattr(group, "common", None)
+            if partners is None or common is None or len(partners) != len(indices):
+                partners, common = [-1] * len(indices), [0] * len(indices)
+            members = [
+                _Member(i, len(requests[i].tokens), p, c, views[i].lengths)
+                for i, p, c in zip(indices, partners, common, strict=True)
+            ]
+            whole.append(_Piece(g, members, min(shared, min(m.length for m in members))))
+        fair = (sum(queued) + sum(piece.cold for piece in whole)) / n
+        # A group bigger than a worker's share cannot stay on one worker: cut into
+        # pieces of at most a quarter share, but never so small that its prefix is
+        # more than a quarter of a piece; evenly sized pieces also spread evenly the
+        # error of the token counts (a cache that evicts computes more than them).
+        cut = [
             part
-            for piece in pieces
+            for piece in whole
             for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
         ]
-        where = [0] * len(pieces)
-        # (group, worker) of every piece placed: a second piece of a group on the
-        # same worker shares the first one's prefix there.
-        placed: set[tuple[int, int]] = set()
-        for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].work):
-            piece = pieces[p]
-            best, best_after = 0, math.inf
-            for w in range(n):
-                prefix = 0.0 if (piece.group, w) in placed else piece.prefix_on(w)
-                after = load[w] + prefix + piece.tail_work
-                if after < best_after:
-                    best, best_after = w, after
-            where[p] = best
-            load[best] = best_after
-            placed.add((piece.group, best))
+        best = None
+        for pieces in ([whole] if len(cut) == len(whole) else [whole, cut]):
+            packing = _pack(list(pieces), queued, n)
+            if best is None or max(packing[2]) < max(best[2]):
+                best = packing
+        assert best is not None
+        pieces, where, load = best
+        placed = {(piece.group, w) for piece, w in zip(pieces, where, strict=True)}
         # Groups in several pieces already: moving more of them costs less in hits
         # than splitting one more group, which only a group above half a share risks.
         split = {g for g, count in Counter(piece.group for piece in pieces).items() if count > 1}
         for _ in range(4 * n + len(pieces)):
-            if not self._move_part(pieces, where, load, placed, split, fair / 2.0):
+            if not _move_part(pieces, where, load, placed, split, fair / 2.0):
                 break
         out: list[Choice | None] = [None] * len(requests)
-        for p, piece in enumerate(pieces):
-            w = where[p]
-            detail = (("group_tokens", piece.cost_on(w)), ("worker_tokens", load[w]))
+        for piece, w in zip(pieces, where, strict=True):
+            detail = (("group_tokens", piece.cold), ("worker_tokens", load[w]))
             choice = new_choice(Choice, (workers[w], "batch", detail))
-            for i in piece.members:
-                out[i] = choice
+            for member in piece.members:
+                out[member.index] = choice
         return [c for c in out if c is not None]
-
-    @staticmethod
-    def _move_part(
-        pieces: list[_Piece],
-        where: list[int],
-        load: list[float],
-        placed: set[tuple[int, int]],
-        split: set[int],
-        whole_limit: float,
-    ) -> bool:
-        """Move members of one of the busiest worker's groups to the least loaded worker,
-        if that lowers the busiest load; returns whether it did. Only a group split
-        already or bigger than ``whole_limit`` tokens gives members."""
-        high = load.index(max(load))
-        low = load.index(min(load))
-        if high == low:
-            return False
-        # Of the busiest worker's pieces, the move that leaves the lower busiest load
-        # (the prefix is free where its group already is); ties to the larger piece.
-        best: tuple[float, float, int, int, float, float] | None = None
-        for p, w in enumerate(where):
-            piece = pieces[p]
-            if w != high or len(piece.members) < 2:
-                continue
-            if piece.group not in split and piece.work <= whole_limit:
-                continue  # a group that fits stays whole
-            prefix = 0.0 if (piece.group, low) in placed else piece.prefix_on(low)
-            # Even the two loads out: the moved members' own tokens leave ``high``,
-            # and ``low`` gets them plus the prefix it lacks.
-            target = (load[high] - load[low] - prefix) / 2.0
-            moved, work, tails = 0, 0.0, piece.tails
-            while moved < len(tails) - 1:
-                tail = tails[len(tails) - 1 - moved]
-                if work + tail > target and moved:
-                    break
-                moved += 1
-                work += tail
-            after = max(load[high] - work, load[low] + prefix + work)
-            key = (after, -piece.tail_work)
-            if after < load[high] and (best is None or key < best[:2]):
-                best = (after, -piece.tail_work, p, moved, work, prefix)
-        if best is None:
-            return False
-        _, _, p, moved, work, prefix = best
-        piece = pieces[p]
-        tails = piece.tails
-        cut = len(piece.members) - moved
-        part = _Piece(piece.group, piece.members[cut:], tails[cut:], piece.shared, piece.held)
-        del piece.members[cut:], tails[cut:]
-        piece.tail_work -= work
-        pieces.append(part)
-        where.append(low)
-        placed.add((piece.group, low))
-        split.add(piece.group)
-        load[high] -= work
-        load[low] += prefix + work
-        return True
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the lowest-score worker; reason ``"affinity"``, ``"spill"`` or ``"balance"``.
@@ -337,12 +308,17 @@ class DefaultPolicy:
         requests = view.requests
         capacities = view.capacities
         n = len(workers)
-        order = self._orders.get(n)
-        if order is None:
-            order = self._orders[n] = [(*range(s, n), *range(s)) for s in range(n)]
         turn = self._turn % n
         self._turn = turn + 1
-        scan = order[turn]
+        # The workers after ``turn`` in the rotation, kept per worker count up to a
+        # size where a table of n x n entries is still small.
+        if n <= _ORDERS_KEPT:
+            orders = self._orders.get(n)
+            if orders is None:
+                orders = self._orders[n] = [(*range(s + 1, n), *range(s)) for s in range(n)]
+            rest = orders[turn]
+        else:
+            rest = (*range(turn + 1, n), *range(turn))
         token_time = self._token_time
         times = self._times
         if len(times) > _TIMES_KEPT:
@@ -367,10 +343,17 @@ class DefaultPolicy:
             prefill = self._prefill
             weight = 1.0 + self.work_weight
             base = size << 32
-            best = scan[0]
-            best_score = math.inf
-            best_own = 0.0
-            for i in scan:
+            # The first of the rotation is the best so far whatever its score (a NaN
+            # from a user's model then stays, as in the general scan).
+            best = turn
+            matched = lengths[best]
+            best_own = times.get(base | matched)
+            if best_own is None:
+                best_own = times[base | matched] = prefill(size - matched, size)
+            best_score = (1.0 + requests[best] / CHUNK_TOKENS) * (
+                token_time * queued[best] + weight * best_own
+            )
+            for i in rest:
                 matched = lengths[i]
                 own = times.get(base | matched)
                 if own is None:
@@ -381,11 +364,9 @@ class DefaultPolicy:
                     and queued[i] + decoding[i] < queued[best] + decoding[best]
                 ):
                     best, best_score, best_own = i, score, own
-            if best_score == math.inf:  # no finite score (a user's model): the first
-                best_own = times[base | lengths[best]]
         else:
             best, best_own = self._general(
-                scan, size, lengths, host, queued, decoding, requests, capacities
+                (turn, *rest), size, lengths, host, queued, decoding, requests, capacities
             )
 
         top = max(host)
@@ -460,3 +441,79 @@ class DefaultPolicy:
                 best_tokens = in_flight
                 best_own = own
         return best, best_own
+
+
+def _pack(
+    pieces: list[_Piece], queued: list[float], n: int
+) -> tuple[list[_Piece], list[int], list[float]]:
+    """Place the pieces largest first, each on the worker it leaves least loaded (a
+    second piece of a group on a worker shares the first one's prefix there).
+    Returns the pieces, each one's worker and the workers' loads."""
+    load = queued[:]
+    where = [0] * len(pieces)
+    placed: set[tuple[int, int]] = set()
+    for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].cold):
+        piece = pieces[p]
+        best, best_after = 0, math.inf
+        for w in range(n):
+            after = load[w] + piece.cost(w, (piece.group, w) in placed)
+            if after < best_after:
+                best, best_after = w, after
+        where[p] = best
+        load[best] = best_after
+        placed.add((piece.group, best))
+    return pieces, where, load
+
+
+def _move_part(
+    pieces: list[_Piece],
+    where: list[int],
+    load: list[float],
+    placed: set[tuple[int, int]],
+    split: set[int],
+    whole_limit: float,
+) -> bool:
+    """Move the last members of one of the busiest worker's pieces to the least loaded
+    worker, if that lowers the busiest load; returns whether it did. Only a group
+    split already or of more than ``whole_limit`` tokens gives members."""
+    high = load.index(max(load))
+    low = load.index(min(load))
+    if high == low:
+        return False
+    best: tuple[float, float, int, _Piece, _Piece, float, float] | None = None
+    for p, w in enumerate(where):
+        piece = pieces[p]
+        if w != high or len(piece.members) < 2:
+            continue
+        if piece.group not in split and piece.cold <= whole_limit:
+            continue  # a group that fits stays whole
+        there = (piece.group, low) in placed
+        # Where to cut: even the two loads out by the members' cold tokens, then
+        # price both parts exactly (a member whose partner stays behind computes more).
+        now = piece.cost(high, False)
+        target = (load[high] - load[low]) / 2.0
+        cut, moved = len(piece.members), 0.0
+        while cut > 1:
+            member = piece.members[cut - 1]
+            own = member.length - member.common
+            if moved + own > target and cut < len(piece.members):
+                break
+            cut -= 1
+            moved += own
+        stay, go = piece.split(cut)
+        new_high = load[high] - now + stay.cost(high, False)
+        new_low = load[low] + go.cost(low, there)
+        after = max(new_high, new_low)
+        if after < load[high] and (best is None or (after, -piece.cold) < best[:2]):
+            best = (after, -piece.cold, p, stay, go, new_high, new_low)
+    if best is None:
+        return False
+    _, _, p, stay, go, new_high, new_low = best
+    pieces[p] = stay
+    pieces.append(go)
+    where.append(low)
+    placed.add((go.group, low))
+    split.add(go.group)
+    load[high], load[low] = new_high, new_low
+    return True
+
