@@ -986,10 +986,20 @@ class Router:
         host_pages: bool,
         groups: Sequence[tuple[list[int], int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
-        views = [
-            self._view_of(r, m, lengths, host_pages)
-            for r, m, lengths in zip(requests, matches, every, strict=True)
-        ]
+        if self._dense and not host_pages:
+            # Every view of the batch shows the same loads (taken before any of its
+            # decisions): one copy of each list for all of them (views are read-only).
+            up, caps, reps, page = self._up, self._capacities, self._reported, self.page_size
+            loads = (self._requests[:], self._prefill[:], self._decode[:])
+            views = [
+                View(up, lengths, lengths, *loads, caps, reps, page, m.prefix_key)
+                for m, lengths in zip(matches, every, strict=True)
+            ]
+        else:
+            views = [
+                self._view_of(r, m, lengths, host_pages)
+                for r, m, lengths in zip(requests, matches, every, strict=True)
+            ]
         assert self._choose_batch is not None
         choices = self._choose_batch(requests, views, groups)
         if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):

@@ -64,32 +64,58 @@ class _Piece:
     group is on that worker already.
     """
 
-    __slots__ = ("cold", "group", "members", "shared")
+    __slots__ = ("_floors", "_row", "cold", "group", "members", "shared")
 
     def __init__(self, group: int, members: list[_Member], shared: int) -> None:
         self.group = group  # the batch group it is (part of)
         self.members = members
         self.shared = shared
-        self.cold = self.cost(-1, False)  # on a worker holding none of it
-
-    def _floors(self) -> list[int]:
-        """Per member, the tokens it shares with earlier members of the piece."""
-        inside = {m.index for m in self.members}
-        floors = [m.common if m.partner in inside else self.shared for m in self.members]
+        # Per member, the tokens it shares with earlier members of the piece.
+        inside = {m.index for m in members}
+        floors = [m.common if m.partner in inside else shared for m in members]
         floors[0] = 0
-        return floors
+        self._floors = floors
+        cold = 0
+        for member, floor in zip(members, floors, strict=True):
+            if member.length > floor:
+                cold += member.length - floor
+        self.cold = float(cold)
+        self._row: list[float] | None = None
+
+    def costs(self) -> list[float]:
+        """Per worker, its tokens to compute there (the group's prefix not there yet).
+
+        Only members some worker holds more of than they share in the piece cost
+        anything per worker; the others' part is the same everywhere.
+        """
+        if self._row is not None:
+            return self._row
+        members = self.members
+        row = [self.cold] * len(members[0].held)
+        for member, floor in zip(members, self._floors, strict=True):
+            held = member.held
+            length = member.length
+            if length <= floor or max(held) <= floor:
+                continue
+            for w, h in enumerate(held):
+                if h > floor:
+                    row[w] -= (h if h < length else length) - floor
+        self._row = row
+        return row
 
     def cost(self, worker: int, prefix_there: bool) -> float:
         """Its tokens to compute on ``worker`` (-1: one holding nothing), with the group's
         prefix there already (another piece of it) or not."""
-        total = 0
-        for member, floor in zip(self.members, self._floors(), strict=True):
-            if floor == 0 and prefix_there:
-                floor = self.shared
-            if worker >= 0:
-                floor = max(floor, member.held[worker])
-            total += max(0, member.length - floor)
-        return float(total)
+        if worker < 0:
+            return self.cold
+        total = self.costs()[worker]
+        if prefix_there:  # the first member's floor rises from 0 to the shared prefix
+            first = self.members[0]
+            held = first.held[worker]
+            before = max(0, first.length - held)
+            after = max(0, first.length - max(self.shared, held))
+            total -= before - after
+        return total
 
     def split(self, cut: int) -> tuple[_Piece, _Piece]:
         """Its first ``cut`` members and the rest, as two pieces."""
@@ -454,9 +480,13 @@ def _pack(
     placed: set[tuple[int, int]] = set()
     for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].cold):
         piece = pieces[p]
+        row = piece.costs()
         best, best_after = 0, math.inf
         for w in range(n):
-            after = load[w] + piece.cost(w, (piece.group, w) in placed)
+            if (piece.group, w) in placed:
+                after = load[w] + piece.cost(w, True)
+            else:
+                after = load[w] + row[w]
             if after < best_after:
                 best, best_after = w, after
         where[p] = best
