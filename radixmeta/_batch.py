@@ -26,10 +26,12 @@ class PrefixGroup(tuple[list[int], int]):
     Attributes
     ----------
     partners : list of int
-        Per member, the batch index of the earlier member of its group it shares
-        the most whole pages with (its link), ``-1`` for the first member.
+        Per member, the batch index of the earlier request of the batch (in its
+        namespace) it shares the most whole pages with, ``-1`` for none. For every
+        member but the first that is a member of the group (its link); the
+        first member's, if any, shares too little to join it.
     common : list of int
-        Per member, the tokens it shares with that partner (0 for the first).
+        Per member, the tokens it shares with that partner (0 for none).
     own : list of int
         Per member, the tokens it does not share with an earlier member of its
         group (for the first member: past the group's shared prefix), so
@@ -98,9 +100,8 @@ def prefix_groups(
     if namespaces.count(None) == count and True not in tagged:
         if count < 2:
             return [PrefixGroup([i], 0, [-1], [0], [len(keys[i])]) for i in range(count)]
-        first, shared = backend.prefix_groups(keys, page_size, ratio)  # the common batch
+        first, shared, found, lengths = backend.prefix_links(keys, page_size, ratio)
         root, shared_of = first.tolist(), shared.tolist()
-        found, lengths = backend.prefix_partners(keys, page_size)
         partner, common = found.tolist(), lengths.tolist()
     else:
         by_namespace: dict[Hashable, list[int]] = {}
@@ -111,8 +112,7 @@ def prefix_groups(
             if len(members) < 2:
                 continue
             subset = [keys[i] for i in members]
-            first, shared = backend.prefix_groups(subset, page_size, ratio)
-            found, lengths = backend.prefix_partners(subset, page_size)
+            first, shared, found, lengths = backend.prefix_links(subset, page_size, ratio)
             for k, (f, length, j, c) in enumerate(
                 zip(first.tolist(), shared.tolist(), found.tolist(), lengths.tolist(), strict=True)
             ):
@@ -132,7 +132,6 @@ def prefix_groups(
         # A later member's best earlier partner is in its group (that is its link).
         links = [partner[i] for i in members]
         shares = [common[i] for i in members]
-        links[0], shares[0] = -1, 0
         own = [len(keys[i]) - c for i, c in zip(members, shares, strict=True)]
         own[0] = len(keys[f]) - shared_of[f]
         out.append(PrefixGroup(members, shared_of[f], links, shares, own))

@@ -255,3 +255,8 @@ def prefix_partners(
 def prefix_groups(
     keys: object, page_size: int, ratio: float
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+def prefix_links(
+    keys: object, page_size: int, ratio: float
+) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]: ...

@@ -904,7 +904,8 @@ cdef extern from "radixmeta/prefix_partners.hpp" namespace "radixmeta" nogil:
                      uint32_t page, int64_t* partner, int64_t* shared) except +
         @staticmethod
         void groups(const uint32_t* const* keys, const uint64_t* lengths, uint32_t count,
-                    uint32_t page, double ratio, int64_t* first, int64_t* shared) except +
+                    uint32_t page, double ratio, int64_t* first, int64_t* shared,
+                    int64_t* partner_out, int64_t* common_out) except +
 
 
 cdef list _batch_keys(object keys, vector[const uint32_t*]* pointers, vector[uint64_t]* lengths):
@@ -951,8 +952,28 @@ def prefix_groups(keys, page_size, ratio):
     cdef cnp.ndarray first = _new_int64(count)
     cdef cnp.ndarray shared = _new_int64(count)
     PrefixPartners.groups(pointers.data(), lengths.data(), <uint32_t>count, page, share,
-                          <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared))
+                          <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared),
+                          NULL, NULL)
     return first, shared
+
+
+def prefix_links(keys, page_size, ratio):
+    """``prefix_groups`` and ``prefix_partners`` from one trie: (first, shared, partner,
+    common), four ``int64`` arrays (see ``radixmeta._reference.prefix_links``)."""
+    cdef uint32_t page = check_page_size(page_size)
+    cdef double share = ratio
+    cdef vector[const uint32_t*] pointers
+    cdef vector[uint64_t] lengths
+    owned = _batch_keys(keys, &pointers, &lengths)
+    cdef Py_ssize_t count = len(owned)
+    cdef cnp.ndarray first = _new_int64(count)
+    cdef cnp.ndarray shared = _new_int64(count)
+    cdef cnp.ndarray partner = _new_int64(count)
+    cdef cnp.ndarray common = _new_int64(count)
+    PrefixPartners.groups(pointers.data(), lengths.data(), <uint32_t>count, page, share,
+                          <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared),
+                          <int64_t*>cnp.PyArray_DATA(partner), <int64_t*>cnp.PyArray_DATA(common))
+    return first, shared, partner, common
 
 
 # -- wire helpers ----------------------------------------------------------------------

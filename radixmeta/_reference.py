@@ -786,3 +786,15 @@ def prefix_groups(
         shared[f] = length if shared[f] == 0 else min(int(shared[f]), length)
     return first, shared
 
+
+def prefix_links(
+    keys: Any, page_size: Any, ratio: float
+) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]:
+    """:func:`prefix_groups` and :func:`prefix_partners` of one batch, as four arrays:
+    ``(first, shared, partner, common)`` (the native core builds one trie for both)."""
+    first, shared = prefix_groups(keys, page_size, ratio)
+    partner, common = prefix_partners(keys, page_size)
+    return first, shared, partner, common
+

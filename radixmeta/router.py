@@ -843,7 +843,7 @@ class Router:
             # decision estimates, and the prefill load it leaves out.
             if self._choose_batch is not None:
                 choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                matched_of = self._batch_matched(requests_, every, choices)
+                matched_of = self._batch_matched(requests_, every, choices, groups)
                 for request, matched, (worker, *_) in zip(
                     requests_, matched_of, choices, strict=True
                 ):
@@ -851,7 +851,7 @@ class Router:
                     self._prefill[worker.index] += len(request.tokens) - matched
             else:  # these count the loads as they decide (later decisions see them)
                 choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
-                matched_of = self._batch_matched(requests_, every, choices)
+                matched_of = self._batch_matched(requests_, every, choices, groups)
                 for k, (worker, *_) in enumerate(choices):
                     self._prefill[worker.index] -= matched_of[k] - every[k][worker.index]
             # Nothing below raises: the decisions are applied whole.
@@ -874,17 +874,55 @@ class Router:
             return decisions
 
     def _batch_matched(
-        self, requests: list[Request], every: list[list[int]], choices: Sequence[Any]
+        self,
+        requests: list[Request],
+        every: list[list[int]],
+        choices: Sequence[Any],
+        groups: Sequence[tuple[list[int], int]],
     ) -> list[int]:
         """Per request of a batch: the tokens its worker holds of it, counting the pages
         of the batch's earlier requests sent to the same worker (in one namespace, with
-        no extra tags: those pages are not their tokens alone). One batch trie per
-        worker that got two or more."""
-        matched = [every[k][choice[0].index] for k, choice in enumerate(choices)]
+        no extra tags: those pages are not their tokens alone).
+
+        The batch's groups name each request's best earlier partner and what they
+        share: when that partner went to the same worker (or there is none) that is
+        the answer. Only a worker one of whose requests lost its partner to another
+        worker needs a batch trie of its own requests.
+        """
+        worker_of = [choice[0].index for choice in choices]
+        matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
+        away: set[int] = set()
+        for group in groups:
+            partners = getattr(group, "partners", None)
+            common = getattr(group, "common", None)
+            if partners is None or common is None:  # not the router's own groups
+                return self._batch_matched_by_trie(requests, worker_of, matched)
+            # A request with extra tags is a group of its own, with no partner.
+            for k, p, c in zip(group[0], partners, common, strict=True):
+                if p < 0:
+                    continue
+                w = worker_of[k]
+                if worker_of[p] != w:
+                    away.add(w)
+                elif c > matched[k]:
+                    matched[k] = c
+        if away:
+            self._batch_matched_by_trie(requests, worker_of, matched, away)
+        return matched
+
+    def _batch_matched_by_trie(
+        self,
+        requests: list[Request],
+        worker_of: list[int],
+        matched: list[int],
+        workers: set[int] | None = None,
+    ) -> list[int]:
+        """``matched`` raised by a batch trie per worker (of ``workers``, else all) over
+        its requests, per namespace, without extra tags."""
         together: dict[tuple[int, Hashable], list[int]] = {}
-        for k, (choice, request) in enumerate(zip(choices, requests, strict=True)):
-            if request.extras is None:
-                together.setdefault((choice[0].index, request.namespace), []).append(k)
+        for k, (w, request) in enumerate(zip(worker_of, requests, strict=True)):
+            if request.extras is None and (workers is None or w in workers):
+                together.setdefault((w, request.namespace), []).append(k)
         for members in together.values():
             if len(members) < 2:
                 continue

@@ -240,3 +240,54 @@ def test_a_groups_own_tokens_add_up_to_its_trie(batch: Any, ratio: float) -> Non
                 common = max(common, m - m % page)
             trie += len(keys[i]) - common
         assert shared + sum(group.own) == trie
+
+
+@given(batch=batches(), data=st.data())
+def test_a_batch_decision_counts_what_earlier_requests_on_its_worker_share(
+    batch: Any, data: st.DataObject
+) -> None:
+    # Whatever worker each request goes to, its matched length is the longest whole-page
+    # prefix it shares with an earlier request of the batch sent to the same worker
+    # (the tree is empty before the batch), and the prefill loads are the rest.
+    keys, page = batch
+    keys = [k for k in keys if k]
+    if not keys:
+        return
+    picks = data.draw(st.lists(st.integers(0, 2), min_size=len(keys), max_size=len(keys)))
+
+    class Scatter:
+        def choose(self, request: Any, view: Any) -> Any:
+            return view.workers[0]
+
+        def choose_batch(self, requests: Any, views: Any, groups: Any) -> Any:
+            return [views[0].workers[p] for p in picks]
+
+    router = Router(page, policy=Scatter())
+    workers = [router.add_worker(f"w{i}") for i in range(3)]
+    decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
+    for i, d in enumerate(decisions):
+        best = 0
+        for j in range(i):
+            if picks[j] != picks[i]:
+                continue
+            m = 0
+            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
+                m += 1
+            best = max(best, m - m % page)
+        assert d.worker == workers[picks[i]] and d.matched == best
+    for w, worker in enumerate(workers):
+        want = sum(len(keys[i]) - decisions[i].matched for i in range(len(keys)) if picks[i] == w)
+        assert router.load(worker).prefill_tokens == want
+    for d in decisions:
+        router.finish(d.request_id)
+    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+
+
+@pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.5, 1.0]))
+def test_prefix_links_are_groups_and_partners_at_once(core: Any, batch: Any, ratio: float) -> None:
+    keys, page = batch
+    first, shared, partner, common = core.prefix_links(keys, page, ratio)
+    groups, partners = core.prefix_groups(keys, page, ratio), core.prefix_partners(keys, page)
+    assert (first.tolist(), shared.tolist()) == (groups[0].tolist(), groups[1].tolist())
+    assert (partner.tolist(), common.tolist()) == (partners[0].tolist(), partners[1].tolist())

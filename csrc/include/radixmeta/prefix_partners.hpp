@@ -45,10 +45,14 @@ class PrefixPartners {
   // first key f of a group, the tokens every key of the group shares (the
   // smallest link, since lcp(a, c) >= min(lcp(a, b), lcp(b, c))), 0 for a key
   // alone. A partner comes before its key, so one pass settles every group.
+  // With partner_out and common_out, also what compute() gives (one trie for both).
   static void groups(const Token* const* keys, const uint64_t* lengths, uint32_t count,
-                     uint32_t page, double ratio, int64_t* first, int64_t* shared) {
+                     uint32_t page, double ratio, int64_t* first, int64_t* shared,
+                     int64_t* partner_out = nullptr, int64_t* common_out = nullptr) {
     std::vector<int64_t> partner(count), common(count);
     compute(keys, lengths, count, page, partner.data(), common.data());
+    if (partner_out != nullptr) std::copy(partner.begin(), partner.end(), partner_out);
+    if (common_out != nullptr) std::copy(common.begin(), common.end(), common_out);
     for (uint32_t i = 0; i < count; ++i) {
       first[i] = i;
       shared[i] = 0;
