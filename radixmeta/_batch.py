@@ -90,7 +90,7 @@ def prefix_groups(
     list of PrefixGroup
         Per group, in order of its first member: the members' indices in
         batch order, and the tokens they all share (0 for a group of one),
-        with each member's ``own`` tokens.
+        with each member's partner, share and own tokens.
     """
     count = len(keys)
     root = list(range(count))  # each request's group: the index of its first member
