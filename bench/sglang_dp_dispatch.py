@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
-import socket
 import sys
 import time
 import warnings
@@ -28,25 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-
-def free_base(n: int) -> int:
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20_000, 60_000)
-        probes = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                probes.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in probes:
-                s.close()
-    msg = "no free port block"
-    raise RuntimeError(msg)
+from _ports import free_port_block
 
 
 def main() -> None:
@@ -125,7 +105,7 @@ def main() -> None:
         }
 
     rr = run(controller(None))
-    base = free_base(args.dp)
+    base = free_port_block(args.dp)
     pubs = [ZmqPublisher(f"tcp://127.0.0.1:{base + r}", bind=True) for r in range(args.dp)]
     c = controller(f'{{"publisher": "zmq", "endpoint": "tcp://*:{base}"}}')
     d = D.install(c, c.server_args, policy=args.policy)

@@ -943,17 +943,7 @@ def prefix_groups(keys, page_size, ratio):
     """The batch's shared-prefix groups from ``prefix_partners``'s links (see
     ``radixmeta._reference.prefix_groups``): per key its group's first key, and per first key
     the tokens its group shares; two ``int64`` arrays."""
-    cdef uint32_t page = check_page_size(page_size)
-    cdef double share = ratio
-    cdef vector[const uint32_t*] pointers
-    cdef vector[uint64_t] lengths
-    owned = _batch_keys(keys, &pointers, &lengths)
-    cdef Py_ssize_t count = len(owned)
-    cdef cnp.ndarray first = _new_int64(count)
-    cdef cnp.ndarray shared = _new_int64(count)
-    PrefixPartners.groups(pointers.data(), lengths.data(), <uint32_t>count, page, share,
-                          <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared),
-                          NULL, NULL)
+    first, shared, _, _ = prefix_links(keys, page_size, ratio)
     return first, shared
 
 

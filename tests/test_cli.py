@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fleet import free_port_block
+from _ports import free_port_block
 
 from radixmeta import EventLog, RadixCache
 from radixmeta.errors import InvalidInputError

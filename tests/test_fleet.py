@@ -12,13 +12,13 @@ cleared-and-stale state.
 from __future__ import annotations
 
 import random
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import zmq
+from _ports import free_port_block
 
 from radixmeta import EventLog, RadixCache
 from radixmeta.subscription import FleetSubscription, WorkerEndpoint
@@ -29,27 +29,6 @@ from radixmeta.wire import native
 pytestmark = pytest.mark.timeout(90)
 
 PAGE = 4
-
-
-def free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports on 127.0.0.1 (dp ranks are base + rank)."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20_000, 60_000)
-        probes = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                probes.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in probes:
-                s.close()
-    msg = "no block of free ports"
-    raise RuntimeError(msg)
 
 
 class FaultyPublisher(ZmqPublisher):

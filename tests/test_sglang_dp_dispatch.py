@@ -8,8 +8,6 @@ snapshots are synthetic. Skipped where SGLang is not installed.
 
 from __future__ import annotations
 
-import random
-import socket
 import threading
 import time
 from array import array
@@ -19,6 +17,7 @@ from typing import Any
 import _sglang as H
 import numpy as np
 import pytest
+from _ports import free_port_block
 
 if not H.HAVE_SGLANG:
     pytest.skip(H.SKIP_REASON, allow_module_level=True)
@@ -29,28 +28,6 @@ from radixmeta.wire import BlockStored, EventBatch, sglang
 
 PAGE = 4
 DP = 3
-
-
-def free_port_block(n: int) -> int:
-    # test_fleet's helper, repeated: that module needs pytest-timeout, which the
-    # SGLang virtualenv lacks.
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20_000, 60_000)
-        probes = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                probes.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in probes:
-                s.close()
-    msg = "no free port block"
-    raise RuntimeError(msg)
 
 
 @pytest.fixture(scope="module")
