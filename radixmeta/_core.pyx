@@ -966,6 +966,60 @@ def prefix_links(keys, page_size, ratio):
     return first, shared, partner, common
 
 
+# -- policy scans ----------------------------------------------------------------------
+
+cdef extern from "radixmeta/extremes.hpp" namespace "radixmeta" nogil:
+    cdef struct Extremes:
+        int64_t low
+        size_t low_at
+        int64_t high
+        size_t high_at
+        size_t high_count
+    Extremes scan_extremes "radixmeta::extremes"(const int64_t* values, size_t n)
+
+
+def extremes(values):
+    """``(low, low_at, high, high_at, high_count)`` of a non-empty sequence of numbers: its
+    smallest and largest value, the first position of each, and how many hold the largest.
+
+    One pass in C for a list or tuple of ints (what the router's views hold); anything else
+    gives the same answer through ``min``, ``max``, ``index`` and ``count``
+    (``radixmeta._reference.extremes``).
+    """
+    cdef int64_t stack[64]
+    cdef vector[int64_t] heap
+    cdef int64_t* row = stack
+    cdef Py_ssize_t i, n
+    cdef int overflow = 0
+    cdef Extremes e
+    if type(values) is list or type(values) is tuple:
+        n = len(values)
+        if 0 < n:
+            if n > 64:
+                heap.resize(n)
+                row = heap.data()
+            for i in range(n):
+                item = values[i]
+                if type(item) is not int:
+                    break
+                row[i] = PyLong_AsLongLongAndOverflow(item, &overflow)
+                if overflow:
+                    break
+            else:
+                e = scan_extremes(row, n)
+                return e.low, e.low_at, e.high, e.high_at, e.high_count
+    return _generic_extremes(values)
+
+
+cdef tuple _generic_extremes(object values):
+    row = list(values)
+    if not row:
+        raise InvalidInputError("extremes of an empty sequence")
+    low = min(row)
+    high = max(row)
+    return low, row.index(low), high, row.index(high), row.count(high)
+
+
 # -- wire helpers ----------------------------------------------------------------------
 
 cdef extern from "radixmeta/msgpack_ints.hpp" namespace "radixmeta" nogil:

@@ -798,3 +798,23 @@ def prefix_links(
     partner, common = prefix_partners(keys, page_size)
     return first, shared, partner, common
 
+
+
+def extremes(values: Any) -> tuple[Any, int, Any, int, int]:
+    """``(low, low_at, high, high_at, high_count)`` of a non-empty sequence of numbers.
+
+    The smallest and the largest value, the first position of each, and how many
+    positions hold the largest: what the load and affinity policies read off a
+    view's lists (the native core makes it one pass in C).
+
+    Raises
+    ------
+    InvalidInputError
+        ``values`` is empty.
+    """
+    row = list(values)
+    if not row:
+        msg = "extremes of an empty sequence"
+        raise InvalidInputError(msg)
+    low, high = min(row), max(row)
+    return low, row.index(low), high, row.index(high), row.count(high)

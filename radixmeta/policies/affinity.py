@@ -14,6 +14,7 @@ from radixmeta.policies._params import (
     LOAD_MEASURES,
     check_choice,
     check_number,
+    extremes,
     loads_of,
     new_choice,
 )
@@ -194,24 +195,17 @@ class CacheAware:
     def choose(self, request: Request, view: View) -> Choice:
         """Return the worker the rule picks; reason ``"balance"``, ``"affinity"`` or ``"miss"``."""
         loads = view.requests
-        low = min(loads)
-        high = max(loads)
+        low, low_at, high, _, _ = extremes(loads)
         if high - low > self.balance_abs_threshold and high > self.balance_rel_threshold * low:
             detail = (("min_load", float(low)), ("max_load", float(high)))
-            return new_choice(
-                Choice, (view.workers[loads.index(low)], "balance", detail)
-            )
+            return new_choice(Choice, (view.workers[low_at], "balance", detail))
         size = len(request.tokens)
         lengths = view.lengths
-        top = max(lengths)
+        _, _, top, top_at, ties = extremes(lengths)
         rate = top / size if size else 0.0
         if rate > self.cache_threshold:
             # One longest match needs no tie-break scan.
-            i = lengths.index(top) if lengths.count(top) == 1 else _best_match(lengths, loads)
-            return new_choice(
-                Choice, (view.workers[i], "affinity", (("match_rate", rate),))
-            )
+            i = top_at if ties == 1 else _best_match(lengths, loads)
+            return new_choice(Choice, (view.workers[i], "affinity", (("match_rate", rate),)))
         detail = (("match_rate", rate), ("load", float(low)))
-        return new_choice(
-            Choice, (view.workers[loads.index(low)], "miss", detail)
-        )
+        return new_choice(Choice, (view.workers[low_at], "miss", detail))

@@ -12,10 +12,9 @@ from random import Random as _Rng
 
 from radixmeta.policies._params import (
     LOAD_MEASURES,
-    argmin,
     check_choice,
     check_seed,
-    loads_of,
+    extremes,
     new_choice,
 )
 from radixmeta.policies.base import Choice, Request, View
@@ -113,11 +112,12 @@ class LeastLoaded:
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the least loaded worker (reason ``"balance"``, detail: its load)."""
-        loads = loads_of(view, self._by_tokens)
-        i = argmin(loads)
-        return new_choice(
-            Choice, (view.workers[i], "balance", (("load", float(loads[i])),))
-        )
+        if self._by_tokens:
+            loads = [p + d for p, d in zip(view.prefill_tokens, view.decode_tokens, strict=True)]
+        else:
+            loads = view.requests
+        low, i, _, _, _ = extremes(loads)
+        return new_choice(Choice, (view.workers[i], "balance", (("load", float(low)),)))
 
 
 class PowerOfTwo:
