@@ -10,7 +10,7 @@ lcp(b, c))``), which is the length a group reports.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -61,8 +61,8 @@ class PrefixGroup(tuple[list[int], int]):
 
 def prefix_groups(
     keys: Sequence[npt.NDArray[np.uint32]],
-    namespaces: Sequence[Hashable],
-    tagged: Sequence[bool],
+    namespaces: Sequence[Hashable] | None,
+    tagged: Sequence[bool] | None,
     page_size: int,
     ratio: float,
 ) -> list[PrefixGroup]:
@@ -77,10 +77,10 @@ def prefix_groups(
     ----------
     keys : sequence of uint32 arrays
         The requests' tokens, in batch order.
-    namespaces : sequence of hashable
-        Each request's namespace.
-    tagged : sequence of bool
-        Whether each request has extra tags.
+    namespaces : sequence of hashable, or None
+        Each request's namespace; None when no request has one.
+    tagged : sequence of bool, or None
+        Whether each request has extra tags; None when none has.
     page_size : int
     ratio : float
         The share of the shorter prompt two requests must have in common.
@@ -91,36 +91,24 @@ def prefix_groups(
         Per group, in order of its first member: the members' indices in
         batch order, and the tokens they all share (0 for a group of one),
         with each member's partner, share and own tokens.
+
+    Complexity: O(total tokens) in the native trie, then O(requests).
     """
     count = len(keys)
-    root = list(range(count))  # each request's group: the index of its first member
-    shared_of = [0] * count  # per first member: the tokens its group shares
-    partner = [-1] * count  # per request: the earlier request it shares the most with
-    common = [0] * count  # and how many tokens
-    if namespaces.count(None) == count and True not in tagged:
+    if namespaces is not None and namespaces.count(None) == count:
+        namespaces = None
+    if tagged is not None and True not in tagged:
+        tagged = None
+    if namespaces is None and tagged is None:
         if count < 2:
-            return [PrefixGroup([i], 0, [-1], [0], [len(keys[i])]) for i in range(count)]
+            return [_group([i], 0, [-1], [0], [len(keys[i])]) for i in range(count)]
         first, shared, found, lengths = backend.prefix_links(keys, page_size, ratio)
         root, shared_of = first.tolist(), shared.tolist()
         partner, common = found.tolist(), lengths.tolist()
     else:
-        by_namespace: dict[Hashable, list[int]] = {}
-        for i in range(count):
-            if not tagged[i]:
-                by_namespace.setdefault(namespaces[i], []).append(i)
-        for members in by_namespace.values():
-            if len(members) < 2:
-                continue
-            subset = [keys[i] for i in members]
-            first, shared, found, lengths = backend.prefix_links(subset, page_size, ratio)
-            for k, (f, length, j, c) in enumerate(
-                zip(first.tolist(), shared.tolist(), found.tolist(), lengths.tolist(), strict=True)
-            ):
-                i = members[k]
-                root[i] = members[f]
-                shared_of[i] = length
-                partner[i] = members[j] if j >= 0 else -1
-                common[i] = c
+        root, shared_of, partner, common = _links_by_namespace(
+            keys, namespaces, tagged, page_size, ratio
+        )
     groups: dict[int, list[int]] = {}
     for i, f in enumerate(root):
         if f == i:
@@ -129,10 +117,58 @@ def prefix_groups(
             groups[f].append(i)
     out = []
     for f, members in groups.items():
+        if len(members) == 1:  # most groups of a batch without sharing: no loops
+            out.append(_group(members, 0, [partner[f]], [common[f]], [len(keys[f])]))
+            continue
         # A later member's best earlier partner is in its group (that is its link).
-        links = [partner[i] for i in members]
         shares = [common[i] for i in members]
         own = [len(keys[i]) - c for i, c in zip(members, shares, strict=True)]
         own[0] = len(keys[f]) - shared_of[f]
-        out.append(PrefixGroup(members, shared_of[f], links, shares, own))
+        out.append(_group(members, shared_of[f], [partner[i] for i in members], shares, own))
     return out
+
+
+def _group(
+    members: list[int], shared: int, partners: list[int], common: list[int], own: list[int]
+) -> PrefixGroup:
+    """A PrefixGroup without its ``__new__``'s Python call (a batch makes one per group)."""
+    group = _new_tuple(PrefixGroup, (members, shared))
+    group.partners, group.common, group.own = partners, common, own
+    return group
+
+
+_new_tuple: Callable[[type[PrefixGroup], tuple[list[int], int]], PrefixGroup] = tuple.__new__
+
+
+def _links_by_namespace(
+    keys: Sequence[npt.NDArray[np.uint32]],
+    namespaces: Sequence[Hashable] | None,
+    tagged: Sequence[bool] | None,
+    page_size: int,
+    ratio: float,
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """``prefix_links`` per namespace, leaving requests with extra tags on their own."""
+    count = len(keys)
+    root = list(range(count))  # each request's group: the index of its first member
+    shared_of = [0] * count  # per first member: the tokens its group shares
+    partner = [-1] * count  # per request: the earlier request it shares the most with
+    common = [0] * count  # and how many tokens
+    by_namespace: dict[Hashable, list[int]] = {}
+    for i in range(count):
+        if tagged is None or not tagged[i]:
+            ns = None if namespaces is None else namespaces[i]
+            by_namespace.setdefault(ns, []).append(i)
+    for members in by_namespace.values():
+        if len(members) < 2:
+            continue
+        subset = [keys[i] for i in members]
+        first, shared, found, lengths = backend.prefix_links(subset, page_size, ratio)
+        for k, (f, length, j, c) in enumerate(
+            zip(first.tolist(), shared.tolist(), found.tolist(), lengths.tolist(), strict=True)
+        ):
+            i = members[k]
+            root[i] = members[f]
+            shared_of[i] = length
+            partner[i] = members[j] if j >= 0 else -1
+            common[i] = c
+    return root, shared_of, partner, common

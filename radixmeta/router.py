@@ -38,8 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from radixmeta import _keys
-from radixmeta._batch import prefix_groups
-from radixmeta._impl import backend
+from radixmeta._batch import PrefixGroup, prefix_groups
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
@@ -794,19 +793,24 @@ class Router:
         allows. Loads include the batch's earlier decisions. A batch that
         raises changes nothing.
         """
-        items = [self._batch_item(k, item) for k, item in enumerate(requests)]
+        uint32 = _UINT32
+        items: list[tuple[Tokens, str | None, Hashable, object, Hashable, int | None]] = [
+            # A bare uint32 prompt, the common case, without a call.
+            (item, None, None, None, None, None)
+            if type(item) is np.ndarray and item.dtype is uint32 and item.ndim == 1
+            else self._batch_item(k, item)
+            for k, item in enumerate(requests)
+        ]
         with self._lock:
             if self._closed:
                 msg = "dispatch_batch on a closed Router"
                 raise RouterClosedError(msg)
             ids: set[str] = set()
-            for k, (_, rid, *_rest) in enumerate(items):
-                if rid is None:
-                    continue
-                if rid in self._flights or rid in ids:
-                    msg = f"request {rid!r} (batch item {k}) is in flight already or repeated"
+            for k, given in [(k, item[1]) for k, item in enumerate(items) if item[1] is not None]:
+                if given in self._flights or given in ids:
+                    msg = f"request {given!r} (batch item {k}) is in flight already or repeated"
                     raise DuplicateRequestError(msg)
-                ids.add(rid)
+                ids.add(given)
             if not items:
                 return []
             up = self._up
@@ -823,115 +827,76 @@ class Router:
             ]
             requests_ = []
             flights, generated = self._flights, self._ids
+            plain = True  # no namespace, no extra tags
             for key, rid, ns, extras, group, expected in items:
                 if rid is None:
                     rid = next(generated)
                     if rid in flights or rid in ids:  # a caller's id that looks like ours
                         rid = self._new_id(ids)
+                if ns is not None or extras is not None:
+                    plain = False
                 requests_.append(Request(rid, key, ns, extras, group, expected))
             every = [m.lengths.tolist() for m in matches]
             host_pages = self.tree.has_host_pages
-            groups = prefix_groups(
-                [r.tokens for r in requests_],
-                [r.namespace for r in requests_],
-                [r.extras is not None for r in requests_],
-                self.page_size,
-                self.group_ratio,
-            )
+            keys = [item[0] for item in items]
+            if plain:
+                groups = prefix_groups(keys, None, None, self.page_size, self.group_ratio)
+            else:
+                groups = prefix_groups(
+                    keys,
+                    [item[2] for item in items],
+                    [item[3] is not None for item in items],
+                    self.page_size,
+                    self.group_ratio,
+                )
             # What each request finds on its worker also counts the batch's earlier
             # requests sent there (their pages are marked with this batch): the hit the
             # decision estimates, and the prefill load it leaves out.
             if self._choose_batch is not None:
                 choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                matched_of = self._batch_matched(requests_, every, choices, groups)
+                matched_of, again = _batch_matched(every, choices, groups)
                 for request, matched, (worker, *_) in zip(
                     requests_, matched_of, choices, strict=True
                 ):
                     self._requests[worker.index] += 1
                     self._prefill[worker.index] += len(request.tokens) - matched
             else:  # these count the loads as they decide (later decisions see them)
-                choices = self._batch_by_groups(requests_, matches, every, host_pages, groups)
-                matched_of = self._batch_matched(requests_, every, choices, groups)
-                for k, (worker, *_) in enumerate(choices):
-                    self._prefill[worker.index] -= matched_of[k] - every[k][worker.index]
+                choices, matched_of, again = self._batch_by_groups(
+                    requests_, matches, every, host_pages, groups
+                )
             # Nothing below raises: the decisions are applied whole.
             decisions = []
             exact, clock, hook = self._exact, self._clock, self._on_dispatch
-            for request, m, matched, (worker, label, detail, view) in zip(
-                requests_, matches, matched_of, choices, strict=True
+            prefill = self._prefill
+            for k, (request, m, (worker, label, detail, view)) in enumerate(
+                zip(requests_, matches, choices, strict=True)
             ):
+                matched = matched_of[k]
+                if k in again and request.extras is None:
+                    # Its best partner went elsewhere: the tree, with the batch's earlier
+                    # marks applied, says what this worker holds of it now (and the mark
+                    # goes along that fresh walk).
+                    m = tree.match(
+                        request.tokens, namespace=request.namespace, cursor=True
+                    )
+                    held = int(m.lengths[worker.index])
+                    if held > matched:
+                        prefill[worker.index] -= held - matched
+                        matched = held
                 hold: int | None = None
                 if exact:
                     hold = m.hold(worker)
                 else:
                     m.insert(worker)
-                rid, now = request.request_id, clock()
-                decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
+                rid = request.request_id
+                decision = Decision(
+                    rid, worker, matched, label, detail, view, request, hold, clock()
+                )
                 flights[rid] = decision
                 if hook is not None:
                     hook(request, worker, matched)
                 decisions.append(decision)
             return decisions
-
-    def _batch_matched(
-        self,
-        requests: list[Request],
-        every: list[list[int]],
-        choices: Sequence[Any],
-        groups: Sequence[tuple[list[int], int]],
-    ) -> list[int]:
-        """Per request of a batch: the tokens its worker holds of it, counting the pages
-        of the batch's earlier requests sent to the same worker (in one namespace, with
-        no extra tags: those pages are not their tokens alone).
-
-        The batch's groups name each request's best earlier partner and what they
-        share: when that partner went to the same worker (or there is none) that is
-        the answer. Only a worker one of whose requests lost its partner to another
-        worker needs a batch trie of its own requests.
-        """
-        worker_of = [choice[0].index for choice in choices]
-        matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
-        away: set[int] = set()
-        for group in groups:
-            partners = getattr(group, "partners", None)
-            common = getattr(group, "common", None)
-            if partners is None or common is None:  # not the router's own groups
-                return self._batch_matched_by_trie(requests, worker_of, matched)
-            # A request with extra tags is a group of its own, with no partner.
-            for k, p, c in zip(group[0], partners, common, strict=True):
-                if p < 0:
-                    continue
-                w = worker_of[k]
-                if worker_of[p] != w:
-                    away.add(w)
-                elif c > matched[k]:
-                    matched[k] = c
-        if away:
-            self._batch_matched_by_trie(requests, worker_of, matched, away)
-        return matched
-
-    def _batch_matched_by_trie(
-        self,
-        requests: list[Request],
-        worker_of: list[int],
-        matched: list[int],
-        workers: set[int] | None = None,
-    ) -> list[int]:
-        """``matched`` raised by a batch trie per worker (of ``workers``, else all) over
-        its requests, per namespace, without extra tags."""
-        together: dict[tuple[int, Hashable], list[int]] = {}
-        for k, (w, request) in enumerate(zip(worker_of, requests, strict=True)):
-            if request.extras is None and (workers is None or w in workers):
-                together.setdefault((w, request.namespace), []).append(k)
-        for members in together.values():
-            if len(members) < 2:
-                continue
-            keys = [requests[k].tokens for k in members]
-            _, shared = backend.prefix_partners(keys, self.page_size)
-            for k, length in zip(members, shared.tolist(), strict=True):
-                if length > matched[k]:
-                    matched[k] = length
-        return matched
 
     def _batch_item(
         self, k: int, item: object
@@ -1063,9 +1028,14 @@ class Router:
         matches: list[Any],
         every: list[list[int]],
         host_pages: bool,
-        groups: Sequence[tuple[list[int], int]],
-    ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
+        groups: Sequence[PrefixGroup],
+    ) -> tuple[list[Any], list[int], set[int]]:
+        """Decide a batch group by group with the policy's ``choose``, counting the loads
+        as it goes; also ``_batch_matched``'s answer, found on the way."""
         out: list[Any] = [None] * len(requests)
+        matched = [0] * len(requests)
+        where = [-1] * len(requests)  # each decided request's worker index
+        again: set[int] = set()
         loads, prefill, up_index = self._requests, self._prefill, self._up_index
         slack = self.group_slack
         # The batch's decisions count in the loads of the decisions after them
@@ -1073,11 +1043,12 @@ class Router:
         counted: list[tuple[int, int, int]] = []
         done = False
         try:
-            for members, _ in groups:
-                rest = members
+            for group in groups:
+                members, partners, common = group[0], group.partners, group.common
+                at = 0
                 positions: list[int] | None = None
-                while rest:
-                    first = rest[0]
+                while at < len(members):
+                    first = members[at]
                     view = self._view_of(
                         requests[first], matches[first], every[first], host_pages, positions
                     )
@@ -1091,18 +1062,30 @@ class Router:
                     # floor plus the slack.
                     start = loads[i]
                     others = [loads[j] for j in up_index if j != i]
-                    room = max(1, min(others) + slack - start + 1) if others else len(rest)
-                    run = rest[:room]
+                    room = max(1, min(others) + slack - start + 1) if others else len(members)
+                    end = min(len(members), at + room)
                     choice = (worker, label, detail, view)
                     uncached = 0
-                    for k in run:
+                    for j in range(at, end):
+                        k = members[j]
                         out[k] = choice
-                        uncached += len(requests[k].tokens) - every[k][i]
-                    loads[i] = start + len(run)
+                        where[k] = i
+                        # What the batch's earlier requests leave on this worker (see
+                        # _batch_matched; a partner is decided before its request).
+                        held = every[k][i]
+                        p = partners[j]
+                        if p >= 0:
+                            if where[p] != i:
+                                again.add(k)  # see _batch_matched
+                            elif common[j] > held:
+                                held = common[j]
+                        matched[k] = held
+                        uncached += len(requests[k].tokens) - held
+                    loads[i] = start + end - at
                     prefill[i] += uncached
-                    counted.append((i, len(run), uncached))
-                    rest = rest[len(run) :]
-                    if rest:  # spill: only the workers load still allows
+                    counted.append((i, end - at, uncached))
+                    at = end
+                    if at < len(members):  # spill: only the workers load still allows
                         floor = min(loads[j] for j in up_index) + slack
                         positions = [p for p, j in enumerate(up_index) if loads[j] <= floor]
             done = True
@@ -1111,7 +1094,9 @@ class Router:
                 for i, taken, uncached in counted:
                     loads[i] -= taken
                     prefill[i] -= uncached
-        return out
+        if again:
+            _drop_unshared(again, where, groups)
+        return out, matched, again
 
     # -- request life --------------------------------------------------------------------
     def prefill_done(self, request_id: str) -> None:
@@ -1430,3 +1415,51 @@ class Router:
             f"Router(mode={self.mode!r}, page_size={self.page_size}, workers={len(self.workers)}, "
             f"up={len(self._up)}, in_flight={len(self._flights)})"
         )
+
+
+def _batch_matched(
+    every: list[list[int]], choices: Sequence[Any], groups: Sequence[PrefixGroup]
+) -> tuple[list[int], set[int]]:
+    """Per request of a batch: the tokens its worker holds of it, counting the pages
+    of the batch's earlier requests sent to the same worker (in one namespace, with
+    no extra tags: those pages are not their tokens alone); and the requests whose
+    count needs the tree again once those pages are marked.
+
+    The batch's groups name each request's best earlier partner and what they
+    share: when that partner went to the same worker (or there is none) that is
+    the answer. A request whose partner went to another worker may still share
+    less with an earlier request on its own: ``dispatch_batch`` matches it again
+    after the earlier marks, which counts exactly that.
+    """
+    worker_of = [choice[0].index for choice in choices]
+    matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
+    again: set[int] = set()
+    for group in groups:
+        # A request with extra tags is a group of its own, with no partner.
+        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
+            if p < 0:
+                continue
+            if worker_of[p] != worker_of[k]:
+                again.add(k)
+            elif c > matched[k]:
+                matched[k] = c
+    if again:
+        _drop_unshared(again, worker_of, groups)
+    return matched, again
+
+
+def _drop_unshared(again: set[int], worker_of: list[int], groups: Sequence[PrefixGroup]) -> None:
+    """Take out of ``again`` the requests no earlier request on their worker shares a page
+    with: requests share a page only within a chain of partners (a partner shares one at
+    least), so those went where nothing of their chain went before them."""
+    chain = list(range(len(worker_of)))
+    for group in groups:
+        for k, p in zip(group[0], group.partners, strict=True):
+            if p >= 0:
+                chain[k] = p
+    seen: set[tuple[int, int]] = set()
+    for k, w in enumerate(worker_of):
+        root = chain[k] = chain[chain[k]]  # a partner comes first: resolved already
+        if k in again and (w, root) not in seen:
+            again.discard(k)
+        seen.add((w, root))

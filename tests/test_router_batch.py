@@ -283,6 +283,44 @@ def test_a_batch_decision_counts_what_earlier_requests_on_its_worker_share(
     assert all(router.load(w).prefill_tokens == 0 for w in workers)
 
 
+@given(batch=batches(), data=st.data(), slack=st.sampled_from([0, 1, 32]))
+def test_a_batch_decided_group_by_group_counts_what_it_shares_on_each_worker(
+    batch: Any, data: st.DataObject, slack: int
+) -> None:
+    # The same promise as above on the path of a policy without choose_batch: its choose
+    # picks any worker of each view it is shown (spills included, with a small slack),
+    # and each decision's matched length is still the brute-force one.
+    keys, page = batch
+    keys = [k for k in keys if k]
+    if not keys:
+        return
+    picks = iter(data.draw(st.lists(st.integers(0, 7), min_size=len(keys), max_size=len(keys))))
+
+    class AnyWorker:
+        def choose(self, request: Any, view: Any) -> Any:
+            return view.workers[next(picks) % len(view.workers)]
+
+    router = Router(page, policy=AnyWorker(), group_slack=slack)
+    workers = [router.add_worker(f"w{i}") for i in range(3)]
+    decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
+    for i, d in enumerate(decisions):
+        best = 0
+        for j in range(i):
+            if decisions[j].worker != d.worker:
+                continue
+            m = 0
+            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
+                m += 1
+            best = max(best, m - m % page)
+        assert d.matched == best
+    for worker in workers:
+        want = sum(len(k) - d.matched for k, d in zip(keys, decisions) if d.worker == worker)
+        assert router.load(worker).prefill_tokens == want
+    for d in decisions:
+        router.finish(d.request_id)
+    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+
+
 @pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
 @given(batch=batches(), ratio=st.sampled_from([0.0, 0.5, 1.0]))
 def test_prefix_links_are_groups_and_partners_at_once(core: Any, batch: Any, ratio: float) -> None:
