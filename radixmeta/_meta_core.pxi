@@ -215,7 +215,14 @@ cdef class MetaMatch:
         How much of the key is in the tree at all.
     """
 
-    cdef cnp.ndarray _lengths
+    # The device lengths, written by the match into a row of the object itself
+    # (the heap only past 16 worker indices); the array is made when first read,
+    # so a caller that takes the list (the router) never pays for one.
+    cdef int64_t _small[16]
+    cdef vector[int64_t] _large
+    cdef int64_t* _row
+    cdef uint32_t _count
+    cdef object _lengths
     # None when the tree held no host page at the match: the host lengths are
     # then the device lengths, copied on first use rather than on every match.
     cdef object _host_lengths
@@ -231,16 +238,32 @@ cdef class MetaMatch:
     cdef MatchPath _path
     cdef object _prefix_key
 
+    def __cinit__(self):
+        self._row = self._small  # no lengths until a match writes them
+        self._count = 0
+
     @property
     def lengths(self):
         """``int64`` array indexed by worker index: each worker's matched tokens on the device."""
+        cdef cnp.ndarray out
+        if self._lengths is None:
+            out = _new_int64(self._count)
+            if self._count:
+                memcpy(cnp.PyArray_DATA(out), self._row, self._count * sizeof(int64_t))
+            self._lengths = out
         return self._lengths
+
+    @property
+    def length_list(self):
+        """``lengths`` as a list of ints (a new list on every read)."""
+        cdef uint32_t i
+        return [self._row[i] for i in range(self._count)]
 
     @property
     def host_lengths(self):
         """``int64`` array indexed by worker index: matched tokens held on the device or the host."""
         if self._host_lengths is None:
-            self._host_lengths = self._lengths.copy()
+            self._host_lengths = self.lengths.copy()
         return self._host_lengths
 
     @property
@@ -259,12 +282,13 @@ cdef class MetaMatch:
         on the device or the host."""
         cdef Py_ssize_t index = worker.index if _is_live(self._slots, worker) else resolve_in(
             self._slots, worker)
-        lengths = self._lengths if tier is 0 or _blocks.check_tier(tier) == 0 else self.host_lengths
-        return int(lengths[index])
+        if tier is 0 or _blocks.check_tier(tier) == 0:
+            return self._row[index]
+        return int(self.host_lengths[index])
 
     def best(self):
         """``(WorkerId, length)`` of the longest match, lowest index on ties; None without workers."""
-        cdef const int64_t* data = <const int64_t*>cnp.PyArray_DATA(self._lengths)
+        cdef const int64_t* data = self._row
         cdef Py_ssize_t i, found = -1
         cdef int64_t top = -1
         cdef tuple slots = self._slots
@@ -516,22 +540,26 @@ cdef class MetaCore:
         cdef tuple slots = self._table.slots
         cdef uint32_t count = len(slots)
         cdef MetaTree* tree = self._tree.get()
-        cdef cnp.ndarray lengths = _new_int64(count)
         cdef cnp.ndarray host = None
         cdef int64_t* host_data = NULL
         if tree.host_marks():
             host = _new_int64(count)
             host_data = <int64_t*>cnp.PyArray_DATA(host)
         cdef MetaMatch result = MetaMatch.__new__(MetaMatch)
+        if count <= 16:
+            result._row = result._small
+        else:
+            result._large.resize(count)
+            result._row = result._large.data()
+        result._count = count
         cdef uint64_t found = tree.match(
-            ns, data, n, tags, touch, <int64_t*>cnp.PyArray_DATA(lengths), host_data, count,
+            ns, data, n, tags, touch, result._row, host_data, count,
             optimistic, &result._path if keep else NULL)
-        result._lengths = lengths
         result._host_lengths = host
         result._tree_length = found
         result._slots = slots
-        result._prefix_key = _prefix_key_of(<const int64_t*>cnp.PyArray_DATA(lengths), slots, data,
-                                            tags, tree.page_size(), namespace)
+        result._prefix_key = _prefix_key_of(result._row, slots, data, tags, tree.page_size(),
+                                            namespace)
         if keep:
             result._tree = self
             result._key = owner

@@ -157,6 +157,11 @@ class MetaMatch:
         return self._lengths
 
     @property
+    def length_list(self) -> list[int]:
+        """``lengths`` as a list of ints (a new list on every read)."""
+        return [int(v) for v in self._lengths]
+
+    @property
     def host_lengths(self) -> npt.NDArray[np.int64]:
         """Matched tokens per worker index held on the device or the host (``int64``)."""
         return self._host_lengths

@@ -650,7 +650,7 @@ class Router:
                 m = tree.match(key, cursor=True)
             else:
                 m = tree.match(key, extras=extras, namespace=namespace, cursor=True)
-            every = m.lengths.tolist()
+            every = m.length_list
             if dense:
                 lengths = every
                 view = View(
@@ -836,7 +836,7 @@ class Router:
                 if ns is not None or extras is not None:
                     plain = False
                 requests_.append(Request(rid, key, ns, extras, group, expected))
-            every = [m.lengths.tolist() for m in matches]
+            every = [m.length_list for m in matches]
             host_pages = self.tree.has_host_pages
             keys = [item[0] for item in items]
             if plain:

@@ -95,6 +95,11 @@ class BruteForceMetaMatch:
     #: A key of the longest prefix some live worker matched (see ``MetaMatch.prefix_key``).
     prefix_key: int | None = None
 
+    @property
+    def length_list(self) -> list[int]:
+        """``lengths`` as a list of ints."""
+        return [int(v) for v in self.lengths]
+
     def length_of(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Matched tokens of ``worker`` (which must have been live at the match) on ``tier``."""
         index = resolve_in(self.slots, worker)

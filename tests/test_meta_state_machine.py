@@ -100,7 +100,10 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.shape, value.tolist())
     if hasattr(value, "lengths") and hasattr(value, "best"):  # MetaMatch
+        listed = value.length_list  # first: before the array is made from the same row
         lengths, host = value.lengths, value.host_lengths
+        assert listed == lengths.tolist() and all(type(v) is int for v in listed)
+        assert value.lengths is lengths  # made once
         found = int(value.tree_length)
         key = value.prefix_key
         best = value.best()

@@ -314,7 +314,8 @@ def test_a_batch_decided_group_by_group_counts_what_it_shares_on_each_worker(
             best = max(best, m - m % page)
         assert d.matched == best
     for worker in workers:
-        want = sum(len(k) - d.matched for k, d in zip(keys, decisions) if d.worker == worker)
+        pairs = zip(keys, decisions, strict=True)
+        want = sum(len(k) - d.matched for k, d in pairs if d.worker == worker)
         assert router.load(worker).prefill_tokens == want
     for d in decisions:
         router.finish(d.request_id)
