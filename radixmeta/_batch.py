@@ -102,13 +102,12 @@ def prefix_groups(
     if namespaces is None and tagged is None:
         if count < 2:
             return [_group([i], 0, [-1], [0], [len(keys[i])]) for i in range(count)]
-        first, shared, found, lengths = backend.prefix_links(keys, page_size, ratio)
-        root, shared_of = first.tolist(), shared.tolist()
-        partner, common = found.tolist(), lengths.tolist()
-    else:
-        root, shared_of, partner, common = _links_by_namespace(
-            keys, namespaces, tagged, page_size, ratio
-        )
+        # The common case: the groups come out of the native trie as lists.
+        runs = backend.prefix_group_runs(keys, page_size, ratio)
+        return [_group(m, shared, p, c, own) for m, shared, p, c, own in runs]
+    root, shared_of, partner, common = _links_by_namespace(
+        keys, namespaces, tagged, page_size, ratio
+    )
     groups: dict[int, list[int]] = {}
     for i, f in enumerate(root):
         if f == i:

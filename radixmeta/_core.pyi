@@ -258,6 +258,9 @@ def prefix_partners(
 def prefix_groups(
     keys: object, page_size: int, ratio: float
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+def prefix_group_runs(
+    keys: object, page_size: int, ratio: float
+) -> list[tuple[list[int], int, list[int], list[int], list[int]]]: ...
 def prefix_links(
     keys: object, page_size: int, ratio: float
 ) -> tuple[

@@ -906,6 +906,10 @@ cdef extern from "radixmeta/prefix_partners.hpp" namespace "radixmeta" nogil:
         void groups(const uint32_t* const* keys, const uint64_t* lengths, uint32_t count,
                     uint32_t page, double ratio, int64_t* first, int64_t* shared,
                     int64_t* partner_out, int64_t* common_out) except +
+        @staticmethod
+        uint32_t runs(const int64_t* first, const int64_t* shared, const int64_t* common,
+                      const uint64_t* lengths, uint32_t count, int64_t* order, int64_t* offsets,
+                      int64_t* own) except +
 
 
 cdef list _batch_keys(object keys, vector[const uint32_t*]* pointers, vector[uint64_t]* lengths):
@@ -964,6 +968,44 @@ def prefix_links(keys, page_size, ratio):
                           <int64_t*>cnp.PyArray_DATA(first), <int64_t*>cnp.PyArray_DATA(shared),
                           <int64_t*>cnp.PyArray_DATA(partner), <int64_t*>cnp.PyArray_DATA(common))
     return first, shared, partner, common
+
+
+def prefix_group_runs(keys, page_size, ratio):
+    """The batch's groups, ready to hand out: per group, in order of its first key,
+    ``(members, shared, partners, common, own)``, the lists of
+    ``radixmeta._reference.prefix_group_runs``. One trie, O(total tokens)."""
+    cdef uint32_t page = check_page_size(page_size)
+    cdef double share = ratio
+    cdef vector[const uint32_t*] pointers
+    cdef vector[uint64_t] lengths
+    owned = _batch_keys(keys, &pointers, &lengths)
+    cdef uint32_t count = <uint32_t>len(owned)
+    cdef vector[int64_t] first, shared, partner, common, order, offsets, own
+    first.resize(count)
+    shared.resize(count)
+    partner.resize(count)
+    common.resize(count)
+    order.resize(count)
+    offsets.resize(count + 1)
+    own.resize(count)
+    PrefixPartners.groups(pointers.data(), lengths.data(), count, page, share, first.data(),
+                          shared.data(), partner.data(), common.data())
+    cdef uint32_t groups = PrefixPartners.runs(first.data(), shared.data(), common.data(),
+                                               lengths.data(), count, order.data(),
+                                               offsets.data(), own.data())
+    cdef uint32_t g
+    cdef int64_t j, k
+    out = []
+    for g in range(groups):
+        members = [order[j] for j in range(offsets[g], offsets[g + 1])]
+        out.append((
+            members,
+            shared[order[offsets[g]]],
+            [partner[k] for k in members],
+            [common[k] for k in members],
+            [own[j] for j in range(offsets[g], offsets[g + 1])],
+        ))
+    return out
 
 
 # -- policy scans ----------------------------------------------------------------------

@@ -330,3 +330,17 @@ def test_prefix_links_are_groups_and_partners_at_once(core: Any, batch: Any, rat
     groups, partners = core.prefix_groups(keys, page, ratio), core.prefix_partners(keys, page)
     assert (first.tolist(), shared.tolist()) == (groups[0].tolist(), groups[1].tolist())
     assert (partner.tolist(), common.tolist()) == (partners[0].tolist(), partners[1].tolist())
+
+@pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.5, 1.0]))
+def test_group_runs_are_the_groups_of_the_links(core: Any, batch: Any, ratio: float) -> None:
+    # The runs the plain batch path takes from the trie are the groups the namespace
+    # path builds in Python from prefix_links (one namespace for all, so it runs).
+    keys, page = batch
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    runs = core.prefix_group_runs(arrays, page, ratio)
+    built = prefix_groups(arrays, ["ns"] * len(keys), [False] * len(keys), page, ratio)
+    assert [list(r) for r in runs] == [
+        [g[0], g[1], g.partners, g.common, g.own] for g in built
+    ]
+    assert sorted(i for r in runs for i in r[0]) == list(range(len(keys)))

@@ -78,6 +78,30 @@ static void test_random_batches(uint32_t page, uint32_t seed) {
     }
     CHECK(first == want_first);
     CHECK(group_shared == want_group);
+    // Runs: the groups one after another, each in batch order, in order of their
+    // first key; own is the key's length less what it shares (its group's prefix
+    // for the first key, its partner's share for the others).
+    std::vector<int64_t> order(count), offsets(count + 1), own(count);
+    const uint32_t runs = PrefixPartners::runs(first.data(), group_shared.data(), shared.data(),
+                                               lengths.data(), static_cast<uint32_t>(count),
+                                               order.data(), offsets.data(), own.data());
+    std::vector<int64_t> want_order, want_offsets, want_own;
+    for (size_t f = 0; f < count; ++f) {
+      if (want_first[f] != static_cast<int64_t>(f)) continue;
+      want_offsets.push_back(static_cast<int64_t>(want_order.size()));
+      for (size_t i = f; i < count; ++i) {
+        if (want_first[i] != static_cast<int64_t>(f)) continue;
+        want_order.push_back(static_cast<int64_t>(i));
+        const int64_t less = i == f ? want_group[f] : want_shared[i];
+        want_own.push_back(static_cast<int64_t>(keys[i].size()) - less);
+      }
+    }
+    CHECK(runs == want_offsets.size());
+    want_offsets.push_back(static_cast<int64_t>(count));
+    offsets.resize(runs + 1);
+    CHECK(order == want_order);
+    CHECK(offsets == want_offsets);
+    CHECK(own == want_own);
     if (failures > 0) return;
   }
 }

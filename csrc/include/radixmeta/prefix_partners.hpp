@@ -68,6 +68,43 @@ class PrefixPartners {
     }
   }
 
+  // The groups of groups() as runs, for the router to hand out group by group:
+  // order gets the keys group by group (groups in order of their first key,
+  // members in batch order), offsets[g] where group g's run starts (count
+  // entries past the last one), and own[j] the tokens order[j] does not share
+  // with an earlier member of its group (past the group's shared prefix for
+  // its first key; a later member shares common[] with its partner). Returns
+  // the number of groups. O(count).
+  static uint32_t runs(const int64_t* first, const int64_t* shared, const int64_t* common,
+                       const uint64_t* lengths, uint32_t count, int64_t* order,
+                       int64_t* offsets, int64_t* own) {
+    std::vector<uint32_t> group_of(count), size;
+    for (uint32_t i = 0; i < count; ++i) {
+      const auto f = static_cast<uint32_t>(first[i]);  // f <= i: its group is known
+      if (f == i) {
+        group_of[i] = static_cast<uint32_t>(size.size());
+        size.push_back(0);
+      }
+      group_of[i] = group_of[f];
+      ++size[group_of[i]];
+    }
+    const auto groups = static_cast<uint32_t>(size.size());
+    std::vector<int64_t> next(groups);
+    int64_t at = 0;
+    for (uint32_t g = 0; g < groups; ++g) {
+      offsets[g] = next[g] = at;
+      at += size[g];
+    }
+    offsets[groups] = at;
+    for (uint32_t i = 0; i < count; ++i) {
+      const int64_t j = next[group_of[i]]++;
+      order[j] = i;
+      const bool leads = first[i] == static_cast<int64_t>(i);
+      own[j] = static_cast<int64_t>(lengths[i]) - (leads ? shared[i] : common[i]);
+    }
+    return groups;
+  }
+
  private:
   struct Node {
     uint32_t owner;  // the key whose tokens [start, end) label this node
