@@ -866,8 +866,9 @@ class Router:
                 )
             # Nothing below raises: the decisions are applied whole.
             decisions = []
-            exact, clock, hook = self._exact, self._clock, self._on_dispatch
+            exact, hook = self._exact, self._on_dispatch
             prefill = self._prefill
+            now = self._clock()  # the batch is decided at one time
             for k, (request, m, (worker, label, detail, view)) in enumerate(
                 zip(requests_, matches, choices, strict=True)
             ):
@@ -879,7 +880,7 @@ class Router:
                     m = tree.match(
                         request.tokens, namespace=request.namespace, cursor=True
                     )
-                    held = int(m.lengths[worker.index])
+                    held = m.length_of(worker)
                     if held > matched:
                         prefill[worker.index] -= held - matched
                         matched = held
@@ -889,9 +890,7 @@ class Router:
                 else:
                     m.insert(worker)
                 rid = request.request_id
-                decision = Decision(
-                    rid, worker, matched, label, detail, view, request, hold, clock()
-                )
+                decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
                 flights[rid] = decision
                 if hook is not None:
                     hook(request, worker, matched)
@@ -1452,14 +1451,18 @@ def _drop_unshared(again: set[int], worker_of: list[int], groups: Sequence[Prefi
     """Take out of ``again`` the requests no earlier request on their worker shares a page
     with: requests share a page only within a chain of partners (a partner shares one at
     least), so those went where nothing of their chain went before them."""
-    chain = list(range(len(worker_of)))
+    # A group is one chain with its first member's partner's (groups come in the order
+    # of their first members, and a partner is earlier): one root per group.
+    chain = [0] * len(worker_of)
     for group in groups:
-        for k, p in zip(group[0], group.partners, strict=True):
-            if p >= 0:
-                chain[k] = p
-    seen: set[tuple[int, int]] = set()
+        members, first_partner = group[0], group.partners[0]
+        root = members[0] if first_partner < 0 else chain[first_partner]
+        for k in members:
+            chain[k] = root
+    first_at: dict[tuple[int, int], int] = {}
     for k, w in enumerate(worker_of):
-        root = chain[k] = chain[chain[k]]  # a partner comes first: resolved already
-        if k in again and (w, root) not in seen:
+        first_at.setdefault((w, chain[k]), k)
+    for k in list(again):
+        if first_at[worker_of[k], chain[k]] == k:
             again.discard(k)
-        seen.add((w, root))
+
