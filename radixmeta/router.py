@@ -51,6 +51,7 @@ from radixmeta.errors import (
     UnknownRequestError,
 )
 from radixmeta.meta import MetaTree
+from radixmeta.policies._params import extremes
 from radixmeta.policies.base import BatchPolicy, Choice, EngineLoad, Request, View
 from radixmeta.replay import Replayer, ReplaySource, ReplayStats
 
@@ -1031,12 +1032,15 @@ class Router:
     ) -> tuple[list[Any], list[int], set[int]]:
         """Decide a batch group by group with the policy's ``choose``, counting the loads
         as it goes; also ``_batch_matched``'s answer, found on the way."""
-        out: list[Any] = [None] * len(requests)
-        matched = [0] * len(requests)
-        where = [-1] * len(requests)  # each decided request's worker index
+        count = len(requests)
+        out: list[Any] = [None] * count
+        matched = [0] * count
+        where = [-1] * count  # each decided request's worker index
         again: set[int] = set()
+        # Per request its partner, share and chain, for _settle_again.
+        chain, partner, shares = [0] * count, [-1] * count, [0] * count
         loads, prefill, up_index = self._requests, self._prefill, self._up_index
-        slack = self.group_slack
+        slack, dense = self.group_slack, self._dense  # dense: every index is up, in order
         # The batch's decisions count in the loads of the decisions after them
         # (and stay counted); if a policy raises they are taken back out.
         counted: list[tuple[int, int, int]] = []
@@ -1044,6 +1048,7 @@ class Router:
         try:
             for group in groups:
                 members, partners, common = group[0], group.partners, group.common
+                root = members[0] if partners[0] < 0 else chain[partners[0]]
                 at = 0
                 positions: list[int] | None = None
                 while at < len(members):
@@ -1060,8 +1065,15 @@ class Router:
                     # this worker's load moves, so that is a count: up to the other workers'
                     # floor plus the slack.
                     start = loads[i]
-                    others = [loads[j] for j in up_index if j != i]
-                    room = max(1, min(others) + slack - start + 1) if others else len(members)
+                    if len(up_index) < 2:
+                        room = len(members)
+                    else:
+                        low, low_at, _, _, _ = extremes(
+                            loads if dense else [loads[j] for j in up_index]
+                        )
+                        if up_index[low_at] == i:  # then the others' floor is another load
+                            low = min([loads[j] for j in up_index if j != i])
+                        room = max(1, int(low) + slack - start + 1)
                     end = min(len(members), at + room)
                     choice = (worker, label, detail, view)
                     uncached = 0
@@ -1073,6 +1085,7 @@ class Router:
                         # _batch_matched; a partner is decided before its request).
                         held = every[k][i]
                         p = partners[j]
+                        chain[k], partner[k], shares[k] = root, p, common[j]
                         if p >= 0:
                             if where[p] != i:
                                 again.add(k)  # see _batch_matched
@@ -1085,7 +1098,8 @@ class Router:
                     counted.append((i, end - at, uncached))
                     at = end
                     if at < len(members):  # spill: only the workers load still allows
-                        floor = min(loads[j] for j in up_index) + slack
+                        floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
+                        floor += slack  # loads are ints, so is this
                         positions = [p for p, j in enumerate(up_index) if loads[j] <= floor]
             done = True
         finally:
@@ -1094,7 +1108,8 @@ class Router:
                     loads[i] -= taken
                     prefill[i] -= uncached
         if again:
-            _drop_unshared(again, where, groups)
+            for k, raised in _settle_again(again, where, chain, partner, shares, matched):
+                prefill[where[k]] -= raised  # counted above as uncached
         return out, matched, again
 
     # -- request life --------------------------------------------------------------------
@@ -1433,9 +1448,15 @@ def _batch_matched(
     worker_of = [choice[0].index for choice in choices]
     matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
     again: set[int] = set()
+    count = len(worker_of)
+    chain, partner, shares = [0] * count, [-1] * count, [0] * count
     for group in groups:
+        members, partners = group[0], group.partners
+        # A group is one chain with its first member's partner's (see _settle_again).
+        root = members[0] if partners[0] < 0 else chain[partners[0]]
         # A request with extra tags is a group of its own, with no partner.
-        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
+        for k, p, c in zip(members, partners, group.common, strict=True):
+            chain[k], partner[k], shares[k] = root, p, c
             if p < 0:
                 continue
             if worker_of[p] != worker_of[k]:
@@ -1443,26 +1464,58 @@ def _batch_matched(
             elif c > matched[k]:
                 matched[k] = c
     if again:
-        _drop_unshared(again, worker_of, groups)
+        _settle_again(again, worker_of, chain, partner, shares, matched)
     return matched, again
 
 
-def _drop_unshared(again: set[int], worker_of: list[int], groups: Sequence[PrefixGroup]) -> None:
-    """Take out of ``again`` the requests no earlier request on their worker shares a page
-    with: requests share a page only within a chain of partners (a partner shares one at
-    least), so those went where nothing of their chain went before them."""
-    # A group is one chain with its first member's partner's (groups come in the order
-    # of their first members, and a partner is earlier): one root per group.
-    chain = [0] * len(worker_of)
-    for group in groups:
-        members, first_partner = group[0], group.partners[0]
-        root = members[0] if first_partner < 0 else chain[first_partner]
-        for k in members:
-            chain[k] = root
-    first_at: dict[tuple[int, int], int] = {}
-    for k, w in enumerate(worker_of):
-        first_at.setdefault((w, chain[k]), k)
-    for k in list(again):
-        if first_at[worker_of[k], chain[k]] == k:
-            again.discard(k)
+def _settle_again(
+    again: set[int],
+    worker_of: list[int],
+    chain: list[int],
+    partner: list[int],
+    common: list[int],
+    matched: list[int],
+) -> list[tuple[int, int]]:
+    """Settle, without the tree, what it can of ``again`` (the requests whose partner went
+    to another worker): raise their ``matched`` by what they share with the batch's
+    earlier requests on their worker, and take them out. Returns ``(request, tokens
+    added)`` for those raised.
 
+    ``chain``, ``partner`` and ``common`` are per request its chain of partners (the
+    index of the chain's first request) and its partner and share. Requests share a
+    page only within a chain (a partner shares one at least), so one that went where
+    nothing of its chain went before it shares nothing there. And whole-page common
+    prefixes are an ultrametric (``lcp(a, c) >= min(lcp(a, b), lcp(b, c))``): two
+    requests with the same partner ``p`` share exactly the smaller of their shares with
+    ``p``, since neither shares more with the other than with ``p``. So when every
+    earlier request of its chain on its worker has its partner, it shares ``min(its
+    share, the largest of theirs)``. Only the rest are left for a second match.
+    """
+    hot = {chain[k] for k in again}  # the chains that have such a request
+    # Per (worker, chain) so far: the partner all its requests share (-2: not one),
+    # and the largest of their shares with it.
+    seen: dict[tuple[int, int], tuple[int, int]] = {}
+    raised: list[tuple[int, int]] = []
+    for k, w in enumerate(worker_of):
+        if chain[k] not in hot:
+            continue
+        key = (w, chain[k])
+        mine, share = partner[k], common[k]
+        before = seen.get(key)
+        if k in again:
+            if before is None:  # nothing of its chain here before it
+                again.discard(k)
+            elif before[0] == mine:
+                again.discard(k)
+                found = min(share, before[1])
+                if found > matched[k]:
+                    raised.append((k, found - matched[k]))
+                    matched[k] = found
+        if before is None:
+            seen[key] = (mine, share)
+        elif before[0] == mine:
+            if share > before[1]:
+                seen[key] = (mine, share)
+        elif before[0] != -2:
+            seen[key] = (-2, 0)
+    return raised
