@@ -1037,8 +1037,6 @@ class Router:
         matched = [0] * count
         where = [-1] * count  # each decided request's worker index
         again: set[int] = set()
-        # Per request its partner, share and chain, for _settle_again.
-        chain, partner, shares = [0] * count, [-1] * count, [0] * count
         loads, prefill, up_index = self._requests, self._prefill, self._up_index
         slack, dense = self.group_slack, self._dense  # dense: every index is up, in order
         # The batch's decisions count in the loads of the decisions after them
@@ -1048,7 +1046,6 @@ class Router:
         try:
             for group in groups:
                 members, partners, common = group[0], group.partners, group.common
-                root = members[0] if partners[0] < 0 else chain[partners[0]]
                 at = 0
                 positions: list[int] | None = None
                 while at < len(members):
@@ -1085,7 +1082,6 @@ class Router:
                         # _batch_matched; a partner is decided before its request).
                         held = every[k][i]
                         p = partners[j]
-                        chain[k], partner[k], shares[k] = root, p, common[j]
                         if p >= 0:
                             if where[p] != i:
                                 again.add(k)  # see _batch_matched
@@ -1108,6 +1104,7 @@ class Router:
                     loads[i] -= taken
                     prefill[i] -= uncached
         if again:
+            chain, partner, shares = _chains(groups, count)
             for k, raised in _settle_again(again, where, chain, partner, shares, matched):
                 prefill[where[k]] -= raised  # counted above as uncached
         return out, matched, again
@@ -1448,15 +1445,9 @@ def _batch_matched(
     worker_of = [choice[0].index for choice in choices]
     matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
     again: set[int] = set()
-    count = len(worker_of)
-    chain, partner, shares = [0] * count, [-1] * count, [0] * count
     for group in groups:
-        members, partners = group[0], group.partners
-        # A group is one chain with its first member's partner's (see _settle_again).
-        root = members[0] if partners[0] < 0 else chain[partners[0]]
         # A request with extra tags is a group of its own, with no partner.
-        for k, p, c in zip(members, partners, group.common, strict=True):
-            chain[k], partner[k], shares[k] = root, p, c
+        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
             if p < 0:
                 continue
             if worker_of[p] != worker_of[k]:
@@ -1464,8 +1455,23 @@ def _batch_matched(
             elif c > matched[k]:
                 matched[k] = c
     if again:
+        chain, partner, shares = _chains(groups, len(worker_of))
         _settle_again(again, worker_of, chain, partner, shares, matched)
     return matched, again
+
+
+def _chains(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int], list[int]]:
+    """Per request of a batch: its chain of partners (the index of the chain's first
+    request), its partner and its share, from the groups. A group is one chain with its
+    first member's partner's (groups come in the order of their first members, and a
+    partner is earlier): one root per group."""
+    chain, partner, shares = [0] * count, [-1] * count, [0] * count
+    for group in groups:
+        members, partners = group[0], group.partners
+        root = members[0] if partners[0] < 0 else chain[partners[0]]
+        for k, p, c in zip(members, partners, group.common, strict=True):
+            chain[k], partner[k], shares[k] = root, p, c
+    return chain, partner, shares
 
 
 def _settle_again(
