@@ -209,6 +209,8 @@ cdef class MetaMatch:
     lengths : numpy.ndarray
         ``int64`` array indexed by worker index: each worker's matched tokens
         (0 for free indices), counting pages held on the device.
+    length_list : list of int
+        ``lengths`` as a list (made from the match's own row, with no array).
     host_lengths : numpy.ndarray
         The same, counting pages held on the device or the host.
     tree_length : int

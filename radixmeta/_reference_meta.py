@@ -127,6 +127,8 @@ class MetaMatch:
     lengths : numpy.ndarray
         ``int64`` array indexed by worker index: each worker's matched tokens
         (0 for free indices), counting pages held on the device.
+    length_list : list of int
+        ``lengths`` as a list.
     host_lengths : numpy.ndarray
         The same, counting pages held on the device or the host.
     tree_length : int

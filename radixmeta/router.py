@@ -791,8 +791,11 @@ class Router:
         chosen for, and its members follow while the worker's requests in
         flight stay within ``group_slack`` of the least loaded worker's; the
         rest of the group is decided again among the workers that load still
-        allows. Loads include the batch's earlier decisions. A batch that
-        raises changes nothing.
+        allows. Loads include the batch's earlier decisions. A decision's
+        ``matched`` also counts what the request shares with the batch's earlier
+        requests sent to its worker (see the Routing page). The batch's decisions
+        share one dispatch time, which ``expire`` reads. A batch that raises
+        changes nothing.
         """
         uint32 = _UINT32
         items: list[tuple[Tokens, str | None, Hashable, object, Hashable, int | None]] = [
@@ -855,36 +858,24 @@ class Router:
             # decision estimates, and the prefill load it leaves out.
             if self._choose_batch is not None:
                 choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                matched_of, again = _batch_matched(every, choices, groups)
+                matched_of = _batch_matched(requests_, every, choices, groups, self.page_size)
                 for request, matched, (worker, *_) in zip(
                     requests_, matched_of, choices, strict=True
                 ):
                     self._requests[worker.index] += 1
                     self._prefill[worker.index] += len(request.tokens) - matched
             else:  # these count the loads as they decide (later decisions see them)
-                choices, matched_of, again = self._batch_by_groups(
+                choices, matched_of = self._batch_by_groups(
                     requests_, matches, every, host_pages, groups
                 )
             # Nothing below raises: the decisions are applied whole.
             decisions = []
             exact, hook = self._exact, self._on_dispatch
-            prefill = self._prefill
             now = self._clock()  # the batch is decided at one time
             for k, (request, m, (worker, label, detail, view)) in enumerate(
                 zip(requests_, matches, choices, strict=True)
             ):
                 matched = matched_of[k]
-                if k in again and request.extras is None:
-                    # Its best partner went elsewhere: the tree, with the batch's earlier
-                    # marks applied, says what this worker holds of it now (and the mark
-                    # goes along that fresh walk).
-                    m = tree.match(
-                        request.tokens, namespace=request.namespace, cursor=True
-                    )
-                    held = m.length_of(worker)
-                    if held > matched:
-                        prefill[worker.index] -= held - matched
-                        matched = held
                 hold: int | None = None
                 if exact:
                     hold = m.hold(worker)
@@ -1029,7 +1020,7 @@ class Router:
         every: list[list[int]],
         host_pages: bool,
         groups: Sequence[PrefixGroup],
-    ) -> tuple[list[Any], list[int], set[int]]:
+    ) -> tuple[list[Any], list[int]]:
         """Decide a batch group by group with the policy's ``choose``, counting the loads
         as it goes; also ``_batch_matched``'s answer, found on the way."""
         count = len(requests)
@@ -1104,10 +1095,12 @@ class Router:
                     loads[i] -= taken
                     prefill[i] -= uncached
         if again:
-            chain, partner, shares = _chains(groups, count)
-            for k, raised in _settle_again(again, where, chain, partner, shares, matched):
+            partner, shares = _links(groups, count)
+            for k, raised in _settle_again(
+                again, where, partner, shares, requests, self.page_size, matched
+            ):
                 prefill[where[k]] -= raised  # counted above as uncached
-        return out, matched, again
+        return out, matched
 
     # -- request life --------------------------------------------------------------------
     def prefill_done(self, request_id: str) -> None:
@@ -1429,18 +1422,20 @@ class Router:
 
 
 def _batch_matched(
-    every: list[list[int]], choices: Sequence[Any], groups: Sequence[PrefixGroup]
-) -> tuple[list[int], set[int]]:
+    requests: list[Request],
+    every: list[list[int]],
+    choices: Sequence[Any],
+    groups: Sequence[PrefixGroup],
+    page: int,
+) -> list[int]:
     """Per request of a batch: the tokens its worker holds of it, counting the pages
     of the batch's earlier requests sent to the same worker (in one namespace, with
-    no extra tags: those pages are not their tokens alone); and the requests whose
-    count needs the tree again once those pages are marked.
+    no extra tags: those pages are not their tokens alone).
 
     The batch's groups name each request's best earlier partner and what they
     share: when that partner went to the same worker (or there is none) that is
     the answer. A request whose partner went to another worker may still share
-    less with an earlier request on its own: ``dispatch_batch`` matches it again
-    after the earlier marks, which counts exactly that.
+    less with an earlier request on its own: ``_settle_again`` finds that.
     """
     worker_of = [choice[0].index for choice in choices]
     matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
@@ -1455,73 +1450,90 @@ def _batch_matched(
             elif c > matched[k]:
                 matched[k] = c
     if again:
-        chain, partner, shares = _chains(groups, len(worker_of))
-        _settle_again(again, worker_of, chain, partner, shares, matched)
-    return matched, again
+        partner, shares = _links(groups, len(worker_of))
+        _settle_again(again, worker_of, partner, shares, requests, page, matched)
+    return matched
 
 
-def _chains(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int], list[int]]:
-    """Per request of a batch: its chain of partners (the index of the chain's first
-    request), its partner and its share, from the groups. A group is one chain with its
-    first member's partner's (groups come in the order of their first members, and a
-    partner is earlier): one root per group."""
-    chain, partner, shares = [0] * count, [-1] * count, [0] * count
+def _links(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int]]:
+    """Per request of a batch: its partner and its share with it, from the groups."""
+    partner, shares = [-1] * count, [0] * count
     for group in groups:
-        members, partners = group[0], group.partners
-        root = members[0] if partners[0] < 0 else chain[partners[0]]
-        for k, p, c in zip(members, partners, group.common, strict=True):
-            chain[k], partner[k], shares[k] = root, p, c
-    return chain, partner, shares
+        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
+            partner[k], shares[k] = p, c
+    return partner, shares
 
 
 def _settle_again(
     again: set[int],
     worker_of: list[int],
-    chain: list[int],
     partner: list[int],
     common: list[int],
+    requests: list[Request],
+    page: int,
     matched: list[int],
 ) -> list[tuple[int, int]]:
-    """Settle, without the tree, what it can of ``again`` (the requests whose partner went
-    to another worker): raise their ``matched`` by what they share with the batch's
-    earlier requests on their worker, and take them out. Returns ``(request, tokens
-    added)`` for those raised.
+    """Raise the ``matched`` of the requests of ``again`` (whose partner went to another
+    worker) by what they share with the batch's earlier requests on their worker.
+    Returns ``(request, tokens added)`` for those raised.
 
-    ``chain``, ``partner`` and ``common`` are per request its chain of partners (the
-    index of the chain's first request) and its partner and share. Requests share a
-    page only within a chain (a partner shares one at least), so one that went where
-    nothing of its chain went before it shares nothing there. And whole-page common
-    prefixes are an ultrametric (``lcp(a, c) >= min(lcp(a, b), lcp(b, c))``): two
-    requests with the same partner ``p`` share exactly the smaller of their shares with
-    ``p``, since neither shares more with the other than with ``p``. So when every
+    ``partner`` and ``common`` are per request its partner and share. Requests share a
+    page only within a chain of partners (a partner shares one at least), so one that
+    went where nothing of its chain went before it shares nothing there. Whole-page
+    common prefixes are an ultrametric (``lcp(a, c) >= min(lcp(a, b), lcp(b, c))``):
+    two requests with the same partner ``p`` share exactly the smaller of their shares
+    with ``p``, since neither shares more with the other than with ``p``. So when every
     earlier request of its chain on its worker has its partner, it shares ``min(its
-    share, the largest of theirs)``. Only the rest are left for a second match.
+    share, the largest of theirs)``; otherwise its tokens are compared with theirs, up
+    to its share with its partner (no earlier request shares more).
     """
+    count = len(worker_of)
+    chain = list(range(count))  # each request's chain: the index of its first request
+    for k in range(count):
+        if partner[k] >= 0:
+            chain[k] = chain[partner[k]]  # a partner comes first: resolved already
     hot = {chain[k] for k in again}  # the chains that have such a request
-    # Per (worker, chain) so far: the partner all its requests share (-2: not one),
-    # and the largest of their shares with it.
-    seen: dict[tuple[int, int], tuple[int, int]] = {}
+    # Per (worker, chain) so far: the partner all its requests share (-2: not one) with
+    # the largest of their shares with it, and the requests themselves.
+    star: dict[tuple[int, int], tuple[int, int]] = {}
+    earlier: dict[tuple[int, int], list[int]] = {}
     raised: list[tuple[int, int]] = []
     for k, w in enumerate(worker_of):
         if chain[k] not in hot:
             continue
         key = (w, chain[k])
         mine, share = partner[k], common[k]
-        before = seen.get(key)
-        if k in again:
-            if before is None:  # nothing of its chain here before it
-                again.discard(k)
-            elif before[0] == mine:
-                again.discard(k)
+        before = star.get(key)
+        if k in again and before is not None:  # else nothing of its chain came here
+            if before[0] == mine:
                 found = min(share, before[1])
-                if found > matched[k]:
-                    raised.append((k, found - matched[k]))
-                    matched[k] = found
+            else:
+                found = 0
+                tokens = requests[k].tokens
+                for j in earlier[key]:
+                    found = max(found, _shared_pages(tokens, requests[j].tokens, share, page))
+                    if found == share:
+                        break
+            if found > matched[k]:
+                raised.append((k, found - matched[k]))
+                matched[k] = found
         if before is None:
-            seen[key] = (mine, share)
-        elif before[0] == mine:
-            if share > before[1]:
-                seen[key] = (mine, share)
-        elif before[0] != -2:
-            seen[key] = (-2, 0)
+            star[key] = (mine, share)
+            earlier[key] = [k]
+        else:
+            earlier[key].append(k)
+            if before[0] == mine:
+                if share > before[1]:
+                    star[key] = (mine, share)
+            elif before[0] != -2:
+                star[key] = (-2, 0)
+    again.clear()
     return raised
+
+
+def _shared_pages(a: Tokens, b: Tokens, limit: int, page: int) -> int:
+    """Tokens in the whole pages that ``a`` and ``b`` begin with alike, up to ``limit``."""
+    n = min(len(a), len(b), limit)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    same = int(differ[0]) if len(differ) else n
+    return same - same % page

@@ -344,3 +344,116 @@ def test_group_runs_are_the_groups_of_the_links(core: Any, batch: Any, ratio: fl
         [g[0], g[1], g.partners, g.common, g.own] for g in built
     ]
     assert sorted(i for r in runs for i in r[0]) == list(range(len(keys)))
+
+@given(
+    batch=batches(),
+    data=st.data(),
+    mode=st.sampled_from(["exact", "approximate"]),
+    by_groups=st.booleans(),
+)
+def test_a_batch_counts_its_own_sharing_in_any_setting(
+    batch: Any, data: st.DataObject, mode: str, by_groups: bool
+) -> None:
+    # Both batch paths, in both modes (approximate with caches small enough to evict
+    # within the batch), after traffic, with namespaces and extra tags, and with a
+    # choose_batch that reorders the groups it is handed: a request's matched length
+    # is what its worker held before the batch or what it shares with an earlier
+    # request of the batch on that worker (one namespace, no tags), the longer.
+    keys, page = batch
+    keys = [k for k in keys if k]
+    if not keys:
+        return
+    count = len(keys)
+    picks = data.draw(st.lists(st.integers(0, 2), min_size=count, max_size=count))
+    spaces = data.draw(st.lists(st.sampled_from([None, "a"]), min_size=count, max_size=count))
+    tagged = data.draw(st.lists(st.booleans(), min_size=count, max_size=count))
+    capacity = data.draw(st.integers(2, 12)) * page if mode == "approximate" else None
+    drawn = iter(picks)
+
+    class Picker:
+        def choose(self, request: Any, view: Any) -> Any:
+            return view.workers[next(drawn, 0) % len(view.workers)]
+
+    class Reorders(Picker):
+        def choose_batch(self, requests: Any, views: Any, groups: Any) -> Any:
+            groups.reverse()  # a policy's own packing order (largest first, say)
+            return [views[0].workers[p] for p in picks]
+
+    router = Router(
+        page, policy=Picker() if by_groups else Reorders(), mode=mode, group_slack=1
+    )
+    workers = [router.add_worker(f"w{i}", capacity=capacity) for i in range(3)]
+    for k in data.draw(st.lists(st.sampled_from(keys), max_size=3)):  # traffic before
+        router.finish(router.dispatch(np.array(k, dtype=np.uint32)).request_id)
+    items = []
+    for k, ns, tag in zip(keys, spaces, tagged, strict=True):
+        item: dict[str, Any] = {"tokens": np.array(k, dtype=np.uint32), "namespace": ns}
+        if tag:
+            item["extras"] = [7] * (len(k) // page)
+        items.append(item)
+    before = [
+        router.tree.match(
+            item["tokens"], namespace=item["namespace"], extras=item.get("extras")
+        ).length_list
+        for item in items
+    ]
+    drawn = iter(picks)
+    decisions = router.dispatch_batch(items)
+    for i, d in enumerate(decisions):
+        best = before[i][d.worker.index]
+        for j in range(i):
+            if tagged[i] or tagged[j] or spaces[i] != spaces[j]:
+                continue
+            if decisions[j].worker != d.worker:
+                continue
+            m = 0
+            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
+                m += 1
+            best = max(best, m - m % page)
+        assert d.matched == best
+    for worker in workers:
+        pairs = zip(keys, decisions, strict=True)
+        want = sum(len(k) - d.matched for k, d in pairs if d.worker == worker)
+        assert router.load(worker).prefill_tokens == want
+    for d in decisions:
+        router.finish(d.request_id)
+    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+
+
+class _Picks:
+    """A batch policy that sends request i to worker picks[i] (and may reorder groups)."""
+
+    def __init__(self, picks: list[int], reorder: bool = False) -> None:
+        self.picks, self.reorder = picks, reorder
+
+    def choose(self, request: Any, view: Any) -> Any:
+        return view.workers[0]
+
+    def choose_batch(self, requests: Any, views: Any, groups: Any) -> Any:
+        if self.reorder:
+            groups.reverse()  # a policy's own packing order
+        return [views[0].workers[p] for p in self.picks]
+
+
+def test_sharing_evicted_within_the_batch_still_counts_in_approximate_mode() -> None:
+    # Request 4 shares [0, 1, 1, 0] with request 1 on w1; its partner (request 3) went to
+    # w2, and w1's 4-token cache evicts request 1's pages while the batch is marked.
+    # What it shares with the batch is counted all the same, as for any other request.
+    router = Router(1, policy=_Picks([0, 1, 1, 2, 1]), mode="approximate")
+    for i in range(3):
+        router.add_worker(f"w{i}", capacity=4)
+    keys = [[0, 0, 1], [0, 1, 1, 0], [0, 1, 0, 1, 1], [0, 1, 1, 0, 1, 0, 1], [0, 1, 1, 0, 1, 2]]
+    decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
+    assert [d.matched for d in decisions] == [0, 0, 2, 0, 4]
+
+
+def test_a_policy_that_reorders_the_groups_changes_no_count() -> None:
+    # Every request is a group of its own (ratio 1.0), so partners link groups: request 3
+    # shares [1, 1] with request 1 on w1, however the policy reorders the group list.
+    for reorder in (False, True):
+        router = Router(2, policy=_Picks([0, 1, 0, 1], reorder), group_ratio=1.0)
+        for i in range(2):
+            router.add_worker(f"w{i}")
+        keys = [[5, 5, 5, 5], [1, 1, 7, 7], [1, 1, 2, 2], [1, 1, 2, 2, 3, 3]]
+        decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
+        assert [d.matched for d in decisions] == [0, 0, 0, 2]
