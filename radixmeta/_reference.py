@@ -799,7 +799,6 @@ def prefix_links(
     return first, shared, partner, common
 
 
-
 def prefix_group_runs(
     keys: Any, page_size: Any, ratio: float
 ) -> list[tuple[list[int], int, list[int], list[int], list[int]]]:

@@ -17,7 +17,6 @@ from radixmeta.policies.base import Choice, View
 
 __all__ = [
     "LOAD_MEASURES",
-    "argmin",
     "check_choice",
     "check_number",
     "check_seed",
@@ -107,11 +106,6 @@ def loads_of(view: View, by_tokens: bool) -> list[int]:
 #: largest, in one pass in C (``min``, ``max``, ``index`` and ``count`` are four walks
 #: through the generic object protocol, which cost more than a policy's rule).
 extremes: Callable[[Sequence[float]], tuple[float, int, float, int, int]] = backend.extremes
-
-
-def argmin(values: Sequence[float]) -> int:
-    """Position of the smallest value; ties go to the lowest position."""
-    return extremes(values)[1]
 
 
 #: ``new_choice(Choice, (worker, reason, detail))``: Choice's own constructor is a
