@@ -52,6 +52,38 @@ def batches(draw: st.DrawFn) -> tuple[list[list[int]], int]:
     return keys, page
 
 
+def check_batch_counts(
+    router: Router,
+    keys: list[list[int]],
+    decisions: list[Any],
+    page: int,
+    before: list[list[int]] | None = None,
+    shares: Any = None,
+) -> None:
+    """Each decision's matched length is what its worker held before the batch
+    (``before[i][worker index]``, else 0) or the longest whole-page prefix it shares
+    with an earlier request of the batch sent to the same worker (those ``shares(i, j)``
+    allows), the longer; the prefill loads are the rest, and ``finish`` empties them."""
+    for i, d in enumerate(decisions):
+        best = 0 if before is None else before[i][d.worker.index]
+        for j in range(i):
+            if decisions[j].worker != d.worker or (shares is not None and not shares(i, j)):
+                continue
+            m = 0
+            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
+                m += 1
+            best = max(best, m - m % page)
+        assert d.matched == best
+    workers = router.workers
+    for worker in workers:
+        pairs = zip(keys, decisions, strict=True)
+        want = sum(len(k) - d.matched for k, d in pairs if d.worker == worker)
+        assert router.load(worker).prefill_tokens == want
+    for d in decisions:
+        router.finish(d.request_id)
+    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+
+
 @pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
 @given(batch=batches())
 def test_prefix_partners_follow_their_definition(core: Any, batch: Any) -> None:
@@ -265,22 +297,8 @@ def test_a_batch_decision_counts_what_earlier_requests_on_its_worker_share(
     router = Router(page, policy=Scatter())
     workers = [router.add_worker(f"w{i}") for i in range(3)]
     decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
-    for i, d in enumerate(decisions):
-        best = 0
-        for j in range(i):
-            if picks[j] != picks[i]:
-                continue
-            m = 0
-            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
-                m += 1
-            best = max(best, m - m % page)
-        assert d.worker == workers[picks[i]] and d.matched == best
-    for w, worker in enumerate(workers):
-        want = sum(len(keys[i]) - decisions[i].matched for i in range(len(keys)) if picks[i] == w)
-        assert router.load(worker).prefill_tokens == want
-    for d in decisions:
-        router.finish(d.request_id)
-    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+    assert [d.worker for d in decisions] == [workers[p] for p in picks]
+    check_batch_counts(router, keys, decisions, page)
 
 
 @given(batch=batches(), data=st.data(), slack=st.sampled_from([0, 1, 32]))
@@ -301,25 +319,10 @@ def test_a_batch_decided_group_by_group_counts_what_it_shares_on_each_worker(
             return view.workers[next(picks) % len(view.workers)]
 
     router = Router(page, policy=AnyWorker(), group_slack=slack)
-    workers = [router.add_worker(f"w{i}") for i in range(3)]
+    for i in range(3):
+        router.add_worker(f"w{i}")
     decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
-    for i, d in enumerate(decisions):
-        best = 0
-        for j in range(i):
-            if decisions[j].worker != d.worker:
-                continue
-            m = 0
-            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
-                m += 1
-            best = max(best, m - m % page)
-        assert d.matched == best
-    for worker in workers:
-        pairs = zip(keys, decisions, strict=True)
-        want = sum(len(k) - d.matched for k, d in pairs if d.worker == worker)
-        assert router.load(worker).prefill_tokens == want
-    for d in decisions:
-        router.finish(d.request_id)
-    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+    check_batch_counts(router, keys, decisions, page)
 
 
 @pytest.mark.parametrize("core", CORES, ids=lambda c: c.__name__)
@@ -382,7 +385,8 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
     router = Router(
         page, policy=Picker() if by_groups else Reorders(), mode=mode, group_slack=1
     )
-    workers = [router.add_worker(f"w{i}", capacity=capacity) for i in range(3)]
+    for i in range(3):
+        router.add_worker(f"w{i}", capacity=capacity)
     for k in data.draw(st.lists(st.sampled_from(keys), max_size=3)):  # traffic before
         router.finish(router.dispatch(np.array(k, dtype=np.uint32)).request_id)
     items = []
@@ -399,25 +403,11 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
     ]
     drawn = iter(picks)
     decisions = router.dispatch_batch(items)
-    for i, d in enumerate(decisions):
-        best = before[i][d.worker.index]
-        for j in range(i):
-            if tagged[i] or tagged[j] or spaces[i] != spaces[j]:
-                continue
-            if decisions[j].worker != d.worker:
-                continue
-            m = 0
-            while m < min(len(keys[i]), len(keys[j])) and keys[i][m] == keys[j][m]:
-                m += 1
-            best = max(best, m - m % page)
-        assert d.matched == best
-    for worker in workers:
-        pairs = zip(keys, decisions, strict=True)
-        want = sum(len(k) - d.matched for k, d in pairs if d.worker == worker)
-        assert router.load(worker).prefill_tokens == want
-    for d in decisions:
-        router.finish(d.request_id)
-    assert all(router.load(w).prefill_tokens == 0 for w in workers)
+
+    def shares(i: int, j: int) -> bool:  # one namespace, no extra tags
+        return not tagged[i] and not tagged[j] and spaces[i] == spaces[j]
+
+    check_batch_counts(router, keys, decisions, page, before, shares)
 
 
 class _Picks:
