@@ -25,8 +25,15 @@ Consistency, how the workers' records reach the router's tree:
     never sent: the router runs in approximate mode and models each worker's
     cache from its own decisions, bounded by the worker's capacity.
 
+The router itself can take simulated time (``SimConfig.dispatch_time`` per
+request, ``replay_time`` per replayed record, both 0 by default): it is one
+server, so arrivals wait while it replays and idle replay waits while it
+dispatches, and a dispatched request reaches its worker when the router is done
+with its group. Every ``report_interval`` seconds of simulated time each worker
+reports its queue, running batch and KV usage through ``Router.report_load``.
+
 The real wall time of dispatch and replay is measured and kept apart from the
-simulated results (:attr:`SimResult.timing`), so the same seed gives the same
+simulated results (:attr:`SimRun.timing`), so the same seed gives the same
 results byte for byte.
 """
 
@@ -35,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +58,7 @@ if TYPE_CHECKING:
 
     from radixmeta.policies.base import Policy
 
-__all__ = ["CACHE_BLIND", "CONSISTENCIES", "SimConfig", "SimRun", "Simulation"]
+__all__ = ["CACHE_BLIND", "CONSISTENCIES", "MODEL", "SimConfig", "SimRun", "Simulation"]
 
 CONSISTENCIES = ("immediate", "delayed", "idle", "none")
 
@@ -58,10 +66,15 @@ CONSISTENCIES = ("immediate", "delayed", "idle", "none")
 #: request by request, since grouping by prefix would make them affinity policies.
 CACHE_BLIND = frozenset({"round_robin", "random", "least_loaded", "power_of_two"})
 
+#: ``SimConfig.capacity`` and ``context_len``: take the figure from the cost model.
+MODEL = "model"
+
 # Event kinds, in the order they are handled at one instant.
 _STEP_DONE = 0
 _DELIVER = 1
-_ARRIVAL = 2
+_ENQUEUE = 2  # dispatched requests reach their workers (router time > 0)
+_WAKE = 3  # the router is free again (router time > 0)
+_ARRIVAL = 4
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,14 @@ class SimConfig:
         How the workers' records reach the router (module docstring).
     latency : float
         Seconds a record takes under ``delayed``.
-    capacity : int or None
-        Each worker's cache capacity in tokens; ``None`` is unbounded.
+    capacity : int, None or "model"
+        Each worker's KV pool in tokens, the prefix cache and the running
+        requests' KV together; ``None`` is unbounded (no memory bound at all);
+        ``"model"`` (the default) is the cost model's pool
+        (:attr:`~radixmeta.policies.costs.CostModel.kv_tokens`).
+    context_len : int, None or "model"
+        The model's context length: longer requests are rejected; ``None``: no
+        limit; ``"model"`` (the default): the cost model's.
     page_size : int
         Tokens per page, for the workers' caches and the router's tree.
     prefill, decode : str or callable
@@ -99,6 +118,15 @@ class SimConfig:
         (``CACHE_BLIND``), whose rule is to ignore prefixes.
     trace : bool
         Keep the spans for a Chrome trace (costs memory on long runs).
+    report_interval : float
+        Simulated seconds between the workers' load reports to the router
+        (``Router.report_load``); ``inf`` never reports.
+    dispatch_time, replay_time : float
+        Simulated router seconds per dispatched request and per replayed record.
+    check : bool
+        Check every worker's KV invariants after every step, and that every pool
+        drained at the end (:meth:`~radixmeta.sim.worker.SimWorker.check`): for
+        tests, O(tree) a step.
     """
 
     workers: int = 4
@@ -106,7 +134,8 @@ class SimConfig:
     policy_params: dict[str, Any] = field(default_factory=dict)
     consistency: str = "idle"
     latency: float = 0.05
-    capacity: int | None = None
+    capacity: int | str | None = MODEL
+    context_len: int | str | None = MODEL
     page_size: int = 1
     prefill: str | Callable[[int, int], float] = costs.DEFAULT_PREFILL
     decode: str | Callable[[int, int], float] = costs.DEFAULT_PREFILL
@@ -115,6 +144,10 @@ class SimConfig:
     seed: int = 0
     batch_dispatch: bool | None = None
     trace: bool = False
+    report_interval: float = 0.1
+    dispatch_time: float = 0.0
+    replay_time: float = 0.0
+    check: bool = False
 
     def __post_init__(self) -> None:
         if self.consistency not in CONSISTENCIES:
@@ -123,12 +156,61 @@ class SimConfig:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             msg = f"workers must be a positive int, got {self.workers!r}"
             raise InvalidInputError(msg)
-        if self.capacity is not None and self.capacity < 1:
-            msg = f"capacity must be a positive number of tokens or None, got {self.capacity!r}"
+        for what in ("capacity", "context_len"):
+            value = getattr(self, what)
+            if value is None or value == MODEL:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                msg = (
+                    f"{what} must be a positive number of tokens, None or {MODEL!r}, "
+                    f"got {value!r}"
+                )
+                raise InvalidInputError(msg)
+        for what in ("latency", "dispatch_time", "replay_time"):
+            value = getattr(self, what)
+            if not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+                msg = f"{what} must be a finite number of seconds >= 0, got {value!r}"
+                raise InvalidInputError(msg)
+        interval = self.report_interval
+        if not isinstance(interval, (int, float)) or not interval > 0:  # also refuses NaN
+            msg = f"report_interval must be > 0 seconds (inf: never), got {interval!r}"
             raise InvalidInputError(msg)
-        if self.latency < 0:
-            msg = f"latency must be >= 0, got {self.latency!r}"
+        if self.limits.max_running < 1 or self.limits.max_prefill_tokens < 1:
+            msg = (
+                f"max_running and max_prefill_tokens must be >= 1, got "
+                f"{self.limits.max_running} and {self.limits.max_prefill_tokens}"
+            )
             raise InvalidInputError(msg)
+
+    @property
+    def cost_model(self) -> costs.CostModel | None:
+        """The cost model named by ``prefill`` (or ``decode``), if it is one of ``COST_MODELS``."""
+        for name in (self.prefill, self.decode):
+            if isinstance(name, str) and name in costs.COST_MODELS:
+                return costs.COST_MODELS[name]
+        return None
+
+    def resolved(self, what: str) -> int | None:
+        """``capacity`` or ``context_len`` in tokens, ``"model"`` taken from the cost model.
+
+        Raises
+        ------
+        InvalidInputError
+            ``"model"`` with time models that are not a cost model (callables, or
+            a prefill-only fit): give the figure yourself.
+        """
+        value = getattr(self, what)
+        if value != MODEL:
+            return value  # type: ignore[no-any-return]
+        model = self.cost_model
+        if model is None:
+            msg = (
+                f"{what}={MODEL!r} needs a cost model of radixmeta.policies.costs.COST_MODELS "
+                f"({', '.join(sorted(costs.COST_MODELS))}) as prefill or decode model; "
+                f"give {what} in tokens (or None) instead"
+            )
+            raise InvalidInputError(msg)
+        return model.kv_tokens if what == "capacity" else model.context_len
 
     @property
     def policy_name(self) -> str:
@@ -161,6 +243,15 @@ class SimRun:
     decode_busy: list[float]
     steps: list[int]
     insert_refused: list[int]
+    rejected: list[bool] = field(default_factory=list)  # per request: longer than allowed
+    capacity: int | None = None  # the pool per worker, resolved
+    context_len: int | None = None
+    worker_rejected: list[int] = field(default_factory=list)  # per worker, like steps
+    admission_refused: list[int] = field(default_factory=list)
+    retracted: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    kv_peak: list[float | None] = field(default_factory=list)  # of the pool, None: unbounded
+    lags: list[tuple[float, int]] = field(default_factory=list)  # (seconds, records) per apply
     lag_sum: float = 0.0  # record-seconds between a record's step and its replay
     lag_max: float = 0.0
     records: int = 0  # records the workers produced
@@ -230,6 +321,8 @@ class Simulation:
         nan = float("nan")
         prefill = costs.prefill_model(cfg.prefill)
         decode = costs.decode_model(cfg.decode)
+        capacity = cfg.resolved("capacity")
+        context_len = cfg.resolved("context_len")
         exact = cfg.consistency != "none"
         clock_now = [0.0]  # the simulated time, for every clock the router and policy read
 
@@ -247,18 +340,31 @@ class Simulation:
             if cfg.batch_dispatch is not None
             else cfg.policy_name not in CACHE_BLIND
         )
+        remaining = list(outputs)
         workers: list[SimWorker] = []
         ids: dict[Any, int] = {}
+        router_ids: list[Any] = []
         for i in range(cfg.workers):
             name = f"w{i}"
-            workers.append(
-                SimWorker(
-                    name, cfg.page_size, cfg.capacity, prefill, decode, cfg.limits, cfg.log_form
-                )
+            worker = SimWorker(
+                name,
+                cfg.page_size,
+                capacity,
+                prefill,
+                decode,
+                cfg.limits,
+                cfg.log_form,
+                context_len=context_len,
+                check=cfg.check,
+                fuse=not cfg.trace,  # a trace shows every step
             )
+            worker.bind(self.tokens, outputs, remaining)
+            workers.append(worker)
             # Approximate mode needs a bound for its modelled cache; unbounded is "huge".
-            capacity = cfg.capacity if (cfg.capacity is not None or exact) else 1 << 62
-            ids[router.add_worker(name, capacity=capacity)] = i
+            bound = capacity if (capacity is not None or exact) else 1 << 62
+            wid = router.add_worker(name, capacity=bound)
+            ids[wid] = i
+            router_ids.append(wid)
         run = SimRun(
             cfg,
             arrivals,
@@ -275,35 +381,59 @@ class Simulation:
             [],
             [],
             [],
+            rejected=[False] * n,
+            capacity=capacity,
+            context_len=context_len,
         )
-        remaining = list(outputs)
-        prompt_lens = run.prompt_len
         hits = run.hits
         heap: list[tuple[float, int, int, Any]] = []
         order = 0
         current: list[Any] = [None] * len(workers)  # per worker, the step in flight
+        generation = [0] * len(workers)  # a cut plan's old end event is stale
         deliveries: dict[int, tuple[float, list[Any]]] = {}
         queued: list[tuple[float, list[Any]]] = []  # idle: records waiting for an idle router
         wall = {"dispatch": 0.0, "replay": 0.0, "workers": 0.0}
         trace, spans, load = cfg.trace, run.spans, run.load
         next_arrival = 0
         clock = time.perf_counter
+        dispatch_time, replay_time = cfg.dispatch_time, cfg.replay_time
+        router_free = 0.0  # when the router is done with its dispatches and replays
+        interval = cfg.report_interval
+        reporting = math.isfinite(interval)
+        next_tick = 0  # the next report instant not yet sent, in intervals
+        reported: list[tuple[int, int, float | None] | None] = [None] * len(workers)
+        pending: list[tuple[int, int, float | None] | None] = [None] * len(workers)
+
+        def push(at: float, kind: int, payload: Any) -> None:
+            nonlocal order
+            heapq.heappush(heap, (at, kind, order, payload))
+            order += 1
 
         def start(wi: int, now: float) -> None:
-            nonlocal order
             w = workers[wi]
             t0 = clock()
-            admitted = w.admit(tokens, hits)
+            admitted = w.admit(hits)
             if admitted is not None:
                 rs, duration = admitted
                 for r in rs:
-                    run.admitted[r] = now
+                    run.admitted[r] = now  # the admission of its last prefill counts
                 current[wi] = ("prefill", rs)
             elif w.running:
-                duration = w.decode_step()
+                ends = w.plan_decode(now)
+                if ends is not None:  # steps with nothing to decide between them
+                    wall["workers"] += clock() - t0
+                    w.busy = True
+                    current[wi] = ("decode_run", None)
+                    push(ends[-1], _STEP_DONE, (wi, generation[wi]))
+                    return
+                # A retracted request stays in flight at the router (dispatched, not
+                # finished): its worker prefills it again, so the router is not told.
+                duration, _ = w.decode_step()
                 current[wi] = ("decode", None)
             else:
                 w.busy = False
+                if not w.waiting:
+                    w.idle()
                 wall["workers"] += clock() - t0
                 return
             wall["workers"] += clock() - t0
@@ -311,50 +441,114 @@ class Simulation:
             if trace:
                 spans.append((current[wi][0], wi, now, duration))
                 load.append((now, wi, len(w.waiting), len(w.running)))
-            heapq.heappush(heap, (now + duration, _STEP_DONE, order, wi))
-            order += 1
+            push(now + duration, _STEP_DONE, (wi, generation[wi]))
 
         def apply(deliveries_now: list[tuple[float, list[Any]]], now: float) -> None:
             """Submit every (produced at, records) pair, then replay them in one call."""
+            nonlocal router_free
             t0 = clock()
+            count = 0
             for produced, records in deliveries_now:
                 router.submit(records)
-                run.lag_sum += (now - produced) * len(records)
-                run.lag_max = max(run.lag_max, now - produced)
+                lag = now - produced
+                run.lag_sum += lag * len(records)
+                run.lag_max = max(run.lag_max, lag)
+                run.lags.append((lag, len(records)))
+                count += len(records)
             router.replay()
             wall["replay"] += clock() - t0
+            if replay_time:
+                router_free = max(router_free, now) + replay_time * count
             if trace:  # no simulated time passes: an instant on the router's track
-                spans.append(("replay", -1, now, 0.0))
+                spans.append(("replay", -1, now, replay_time * count))
 
         def publish(records: list[Any], now: float) -> None:
-            nonlocal order
             run.records += len(records)
             run.removed += sum(1 for r in records if r.kind == "removed")
             if cfg.consistency == "immediate":
                 apply([(now, records)], now)
             elif cfg.consistency == "delayed":
-                deliveries[order] = (now, records)
-                heapq.heappush(heap, (now + cfg.latency, _DELIVER, order, order))
-                order += 1
+                key = order
+                deliveries[key] = (now, records)
+                push(now + cfg.latency, _DELIVER, key)
             else:  # idle
                 queued.append((now, records))
 
-        def schedule_arrival() -> None:
-            nonlocal order
+        def schedule_arrival(now: float) -> None:
             if next_arrival < n:
-                heapq.heappush(heap, (arrivals[next_arrival], _ARRIVAL, order, next_arrival))
-                order += 1
+                push(max(arrivals[next_arrival], now), _ARRIVAL, next_arrival)
 
-        schedule_arrival()
+        def enqueue(placed: list[tuple[int, int]], now: float) -> None:
+            """Dispatched requests reach their workers: queued, or rejected as too long."""
+            t0 = clock()
+            touched = set()
+            for r, wi in placed:
+                w = workers[wi]
+                if w.accepts(r):
+                    if not w.waiting and current[wi] is not None and current[wi][0] == "decode_run":
+                        # The plan assumed an empty queue: it ends with the step in flight.
+                        end = w.cut_plan(now)
+                        if end is not None:
+                            generation[wi] += 1
+                            push(end, _STEP_DONE, (wi, generation[wi]))
+                    w.waiting.append(r)
+                    touched.add(wi)
+                else:  # the engine refuses it on arrival, as SGLang's tokenizer manager
+                    w.rejected += 1
+                    run.rejected[r] = True
+                    router.finish(str(r))
+            wall["dispatch"] += clock() - t0
+            for wi in sorted(touched):
+                if not workers[wi].busy:
+                    start(wi, now)
+
+        def sample(at: float) -> None:
+            """Every worker's numbers at the report instant ``at``."""
+            for wi, w in enumerate(workers):
+                pending[wi] = w.snapshot(at)
+
+        def report() -> None:
+            """Hand the router what the workers last reported, where it changed.
+
+            Only a dispatch reads the reports, so they are handed over just before
+            one (and at the end): each is a worker's state at the last report
+            instant before it, as if it had been sent then.
+            """
+            t0 = clock()
+            for wi, numbers in enumerate(pending):
+                if numbers is not None and numbers != reported[wi]:
+                    reported[wi] = numbers
+                    router.report_load(
+                        router_ids[wi],
+                        queue_length=numbers[0],
+                        running=numbers[1],
+                        kv_usage=numbers[2],
+                    )
+            wall["dispatch"] += clock() - t0
+
+        schedule_arrival(0.0)
         while heap:
             now, kind, _, payload = heapq.heappop(heap)
+            if reporting and next_tick * interval <= now:
+                # Nothing changed since the last event, so the last report instant up
+                # to now sees the state as it is: one report stands for them all.
+                tick = max(next_tick, int(now / interval) - 1)
+                while (tick + 1) * interval <= now:
+                    tick += 1
+                sample(tick * interval)
+                next_tick = tick + 1
             clock_now[0] = now
             if kind == _ARRIVAL:
+                if router_free > now:  # busy replaying or dispatching: the arrival waits
+                    push(router_free, _ARRIVAL, payload)
+                    continue
                 first = payload
                 last = first + 1
-                while last < n and arrivals[last] == now:
+                while last < n and arrivals[last] == arrivals[first]:
                     last += 1
                 next_arrival = last
+                if reporting:
+                    report()
                 t0 = clock()
                 if last - first == 1 or not batched:
                     decisions = [
@@ -373,34 +567,42 @@ class Simulation:
                         ]
                     )
                 wall["dispatch"] += clock() - t0
-                touched = set()
+                placed = []
                 for r, d in zip(range(first, last), decisions, strict=True):
                     wi = ids[d.worker]
                     run.worker[r] = wi
                     run.estimated[r] = d.matched
-                    workers[wi].waiting.append(r)
-                    touched.add(wi)
-                for wi in sorted(touched):
-                    if not workers[wi].busy:
-                        start(wi, now)
-                schedule_arrival()
+                    placed.append((r, wi))
+                if dispatch_time:  # they reach their workers when the router is done
+                    router_free = now + dispatch_time * (last - first)
+                    push(router_free, _ENQUEUE, placed)
+                else:
+                    enqueue(placed, now)
+                schedule_arrival(now)
             elif kind == _STEP_DONE:
-                wi = payload
+                wi, gen = payload
+                if gen != generation[wi]:
+                    continue  # the end of a plan that was cut short
                 w = workers[wi]
                 what, rs = current[wi]
+                current[wi] = None
                 t0 = clock()
                 if what == "prefill":
-                    finished = w.finish_prefill(rs, tokens, remaining)
+                    finished = w.finish_prefill(rs)
                     for r in rs:
-                        run.first_token[r] = now
+                        if math.isnan(run.first_token[r]):  # not again after a retraction
+                            run.first_token[r] = now
+                elif what == "decode_run":
+                    finished = w.commit_decode()
                 else:
-                    finished = w.advance(remaining, prompt_lens, outputs)
+                    finished = w.advance()
                 records = w.new_records() if exact else []
                 wall["workers"] += clock() - t0
                 t0 = clock()
                 if what == "prefill":
                     for r in rs:
-                        router.prefill_done(str(r))
+                        if run.first_token[r] == now:
+                            router.prefill_done(str(r))
                 for r in finished:
                     run.finished[r] = now
                     router.finish(str(r), output_tokens=outputs[r])
@@ -410,17 +612,35 @@ class Simulation:
                 if records:
                     publish(records, now)
                 start(wi, now)
-            else:  # _DELIVER
+            elif kind == _DELIVER:
                 apply([deliveries.pop(payload)], now)
-            # The router is idle unless another arrival is due at this very instant.
-            if queued and not (heap and heap[0][1] == _ARRIVAL and heap[0][0] == now):
+            elif kind == _ENQUEUE:
+                enqueue(payload, now)
+            # _WAKE: nothing but the idle check below.
+            # The router is idle unless it is busy or another arrival is due by now.
+            if (
+                queued
+                and router_free <= now
+                and not (next_arrival < n and arrivals[next_arrival] <= now)
+            ):
                 apply(queued, now)
                 queued.clear()
+                if router_free > now:
+                    push(router_free, _WAKE, None)
+        if reporting:
+            report()
         for w in workers:
+            if cfg.check:
+                w.check_drained()
             run.prefill_busy.append(w.prefill_busy)
             run.decode_busy.append(w.decode_busy)
             run.steps.append(w.steps)
             run.insert_refused.append(w.insert_refused)
+            run.worker_rejected.append(w.rejected)
+            run.admission_refused.append(w.admission_refused)
+            run.retracted.append(w.retracted)
+            run.requeued.append(w.requeued)
+            run.kv_peak.append(None if capacity is None else w.kv_peak_tokens / capacity)
         run.timing = wall
         if exact:
             run.replay_stats = dataclasses.asdict(router.replayer.stats)

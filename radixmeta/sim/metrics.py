@@ -38,13 +38,23 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``hit_rate`` (tokens the workers' caches matched over prompt tokens),
-        ``estimated_hit_rate`` (what the router expected at dispatch),
-        ``optimal_hit_rate``, ``requests``, ``completed``, ``makespan`` (s),
+        ``hit_rate`` (tokens the workers' caches matched over the prompt tokens
+        of the requests not rejected), ``estimated_hit_rate`` (what the router
+        expected at dispatch, over the same tokens), ``optimal_hit_rate``,
+        ``requests``, ``completed`` (requests that finished: never the rejected),
+        ``rejected`` (longer than the context or the pool), ``retracted``
+        (retractions), ``requeued`` (requests put back on a queue by them),
+        ``admission_refused`` (steps where a queue's head did not fit),
+        ``insert_refused`` (prompts the cache could not take: 0 with the KV pool),
+        ``queue_wait`` percentiles (s, arrival to the admission of a request's
+        last prefill), ``kv_peak`` (the highest share of a worker's pool that
+        requests held; ``None`` unbounded), ``capacity`` and ``context_len`` (as
+        resolved), ``makespan`` (s),
         ``throughput_rps``, ``throughput_tps`` (prompt and output tokens per
         second), ``ttft`` and ``latency`` percentiles (s), ``imbalance`` (max over
         mean of the workers' prefill busy time), ``workers`` (per worker),
-        ``event_lag`` (mean and max seconds from a record's step to its replay),
+        ``event_lag`` (mean, max and p99 over records of the seconds from a
+        record's step to its replay),
         ``replay`` (the Replayer's counters) and ``timing`` (real wall seconds:
         dispatch, replay and the workers' cache calls; the router's overhead per
         request and as a share of the simulated prefill time).
@@ -52,14 +62,19 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     cfg = run.config
     arrival = np.asarray(run.arrival, dtype=np.float64)
     first = np.asarray(run.first_token, dtype=np.float64)
+    admitted = np.asarray(run.admitted, dtype=np.float64)
     finished = np.asarray(run.finished, dtype=np.float64)
     prompt = np.asarray(run.prompt_len, dtype=np.int64)
     output = np.asarray(run.output_len, dtype=np.int64)
     hits = np.asarray(run.hits, dtype=np.int64)
     estimated = np.asarray(run.estimated, dtype=np.int64)
     chosen = np.asarray(run.worker, dtype=np.int64)
-    done = ~np.isnan(finished)
-    total_prompt = int(prompt.sum())
+    rejected = np.zeros(len(run.arrival), dtype=bool)
+    if run.rejected:
+        rejected = np.asarray(run.rejected, dtype=bool)
+    done = ~np.isnan(finished)  # a rejected request never finishes
+    served = ~rejected
+    total_prompt = int(prompt[served].sum())  # what was computed or hit: not the rejected
     n = len(run.arrival)
     makespan = float(finished[done].max() - arrival.min()) if done.any() else 0.0
     prefill_busy = np.asarray(run.prefill_busy, dtype=np.float64)
@@ -77,6 +92,7 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
                 "decode_busy": float(run.decode_busy[i]),
                 "steps": int(run.steps[i]),
                 "insert_refused": int(run.insert_refused[i]),
+                **_worker_counters(run, i),
             }
         )
     wall = dict(run.timing)
@@ -88,19 +104,29 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "policy": cfg.policy_name,
         "workers_count": cfg.workers,
         "consistency": cfg.consistency,
-        "capacity": cfg.capacity,
+        "capacity": run.capacity if cfg.capacity == "model" else cfg.capacity,
+        "context_len": run.context_len,
         "page_size": cfg.page_size,
         "requests": n,
         "completed": int(done.sum()),
+        "rejected": int(rejected.sum()),
+        "retracted": int(sum(run.retracted)),
+        "requeued": int(sum(run.requeued)),
+        "admission_refused": int(sum(run.admission_refused)),
+        "insert_refused": int(sum(run.insert_refused)),
+        "queue_wait": _percentiles(admitted[done] - arrival[done]),
+        "kv_peak": max((p for p in run.kv_peak if p is not None), default=None),
         "hit_rate": float(hits.sum() / total_prompt) if total_prompt else 0.0,
-        "estimated_hit_rate": float(estimated.sum() / total_prompt) if total_prompt else 0.0,
+        "estimated_hit_rate": (
+            float(estimated[served].sum() / total_prompt) if total_prompt else 0.0
+        ),
         "optimal_hit_rate": optimal,
         "makespan": makespan,
         "throughput_rps": float(done.sum() / makespan) if makespan > 0 else 0.0,
         "throughput_tps": (
             float((prompt[done].sum() + output[done].sum()) / makespan) if makespan > 0 else 0.0
         ),
-        "ttft": _percentiles(first[done] - arrival[done]),
+        "ttft": _percentiles(first[done] - arrival[done]),  # the rejected never start
         "latency": _percentiles(finished[done] - arrival[done]),
         "imbalance": float(prefill_busy.max() / mean_busy) if mean_busy > 0 else 1.0,
         "workers": workers,
@@ -109,10 +135,38 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "event_lag": {
             "mean": run.lag_sum / run.records if run.records else 0.0,
             "max": run.lag_max,
+            "p99": _weighted_p99(run.lags),
         },
         "replay": run.replay_stats,
         "timing": wall,
     }
+
+
+def _worker_counters(run: SimRun, i: int) -> dict[str, Any]:
+    """Worker ``i``'s memory counters (absent from a run recorded without them)."""
+
+    def at(values: list[Any], default: Any = 0) -> Any:
+        return values[i] if i < len(values) else default
+
+    return {
+        "rejected": int(at(run.worker_rejected)),
+        "retracted": int(at(run.retracted)),
+        "requeued": int(at(run.requeued)),
+        "admission_refused": int(at(run.admission_refused)),
+        "kv_peak": at(run.kv_peak, None),
+    }
+
+
+def _weighted_p99(lags: list[tuple[float, int]]) -> float:
+    """The 99th percentile of the lag over records (each apply weighs its record count)."""
+    if not lags:
+        return 0.0
+    values = np.fromiter((lag for lag, _ in lags), np.float64, len(lags))
+    weights = np.fromiter((count for _, count in lags), np.float64, len(lags))
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    k = int(np.searchsorted(cumulative, 0.99 * cumulative[-1]))
+    return float(values[order][min(k, len(values) - 1)])
 
 
 def scaling(summaries: list[dict[str, Any]]) -> None:
