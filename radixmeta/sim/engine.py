@@ -175,6 +175,8 @@ class SimConfig:
         if not isinstance(interval, (int, float)) or not interval > 0:  # also refuses NaN
             msg = f"report_interval must be > 0 seconds (inf: never), got {interval!r}"
             raise InvalidInputError(msg)
+        self.resolved("capacity")  # "model" without a cost model: refused here, not at run
+        self.resolved("context_len")
         if self.limits.max_running < 1 or self.limits.max_prefill_tokens < 1:
             msg = (
                 f"max_running and max_prefill_tokens must be >= 1, got "

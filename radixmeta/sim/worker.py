@@ -205,7 +205,7 @@ class SimWorker:
         "_reserve",
         "_plan",
         "_plan_refusing",
-        "_plan_start",
+        "_plan_durations",
         "_fuse",
         "_tokens",
         "_outputs",
@@ -261,7 +261,7 @@ class SimWorker:
         self._reserve = 0  # sum over running of min(output to come, CLIP_MAX_NEW_TOKENS)
         self._plan: list[float] = []  # end times of the decode steps run as one event
         self._plan_refusing = False  # the plan's boundaries each refuse the queue's head
-        self._plan_start = 0.0
+        self._plan_durations: list[float] = []
         self._fuse = fuse
         self._tokens: list[npt.NDArray[np.uint32]] = []
         self._outputs: list[int] = []
@@ -590,15 +590,18 @@ class SimWorker:
                 return None  # an unbounded pool admits the head: no fusing
             steps = self._refused_steps(steps)
         ends: list[float] = []
+        durations: list[float] = []
         at = now
         context = self._context
         decode = self.decode
         for _ in range(steps):
-            at += decode(n, context)
+            duration = decode(n, context)
+            durations.append(duration)
+            at += duration
             context += n
             ends.append(at)
         self._plan = ends
-        self._plan_start = now
+        self._plan_durations = durations
         self._plan_refusing = refusing
         return ends
 
@@ -651,7 +654,10 @@ class SimWorker:
         running = self.running
         n = len(running)
         remaining = self._remaining
-        self.decode_busy += ends[-1] - self._plan_start
+        busy = self.decode_busy
+        for duration in self._plan_durations[:k]:  # added one by one, as step by step
+            busy += duration
+        self.decode_busy = busy
         self.steps += k
         self._context += n * k
         self.private += n * k
@@ -724,7 +730,8 @@ class SimWorker:
                 msg = f"{self.name}: running request {r} holds no pages"
                 raise KVInvariantError(msg)
         for r, node in self._locks.items():
-            if cache.lock_count(node) < 1:  # a stale node raises here
+            # A stale node raises here; the root (nothing matched) holds no lock.
+            if node.length and cache.lock_count(node) < 1:
                 msg = f"{self.name}: request {r}'s prefix is not locked"
                 raise KVInvariantError(msg)
         if self.insert_refused:
