@@ -26,6 +26,9 @@ class TraceRecord(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(TraceRecord)
 
+#: An ``output_length`` above this is a broken line, not a long request.
+MAX_OUTPUT_LENGTH = 2**31
+
 
 def _check(record: TraceRecord, block_size: int) -> str | None:
     """What is wrong with a decoded line, or None."""
@@ -33,6 +36,10 @@ def _check(record: TraceRecord, block_size: int) -> str | None:
         return f"timestamp must be finite, got {record.timestamp}"
     if record.output_length < 0:
         return f"output_length must be >= 0, got {record.output_length}"
+    if record.output_length > MAX_OUTPUT_LENGTH:
+        # Above any context length; a length merely above the model's context is
+        # the engine's to reject, request by request, in the simulation.
+        return f"output_length must be <= 2**31, got {record.output_length}"
     blocks = len(record.hash_ids)
     if record.input_length < 1 or blocks == 0:
         return f"input_length must be >= 1 with at least one hash id, got {record.input_length}"

@@ -27,11 +27,30 @@ from radixmeta.sim.worker import BatchLimits
 __all__ = ["add_simulate_arguments", "load_workload", "parse_capacity", "reproduce_a4", "simulate"]
 
 
-def parse_capacity(text: str) -> int | None:
-    """``"8k"`` -> 8000, ``"1m"`` -> 1000000, ``"inf"`` -> None (unbounded), ``"5000"`` -> 5000."""
+def parse_capacity(text: str, model_tokens: int | None = None) -> int | str | None:
+    """A ``--capacity`` value: tokens, unbounded, or the cost model's pool or a multiple of it.
+
+    ``"8k"`` -> 8000, ``"1m"`` -> 1000000, ``"5000"`` -> 5000, ``"inf"`` -> None
+    (unbounded: no memory bound at all), ``"model"`` -> ``model_tokens`` (or
+    ``"model"`` when not given), ``"0.5x"`` -> half of ``model_tokens``.
+    """
     t = text.strip().lower()
     if t in ("inf", "none", "unbounded"):
         return None
+    if t == "model":
+        return "model" if model_tokens is None else model_tokens
+    if t.endswith("x"):
+        try:
+            times = float(t[:-1])
+        except ValueError:
+            times = math.nan
+        if not (math.isfinite(times) and times > 0):
+            msg = f"capacity {text!r}: a multiple of the model's pool is a number > 0, like 0.5x"
+            raise InvalidInputError(msg)
+        if model_tokens is None:
+            msg = f"capacity {text!r} is a multiple of a cost model's pool: name a cost model"
+            raise InvalidInputError(msg)
+        return max(1, round(model_tokens * times))
     scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
     number = t[:-1] if scale != 1 else t
     try:
@@ -84,10 +103,35 @@ def _consistencies(text: str) -> list[str]:
     return out
 
 
-def load_workload(args: argparse.Namespace) -> Any:
-    """The workload the arguments name, cut to ``--limit`` requests."""
-    from radixmeta.sim import workloads
+def _check_rate(rate: float | None) -> float | None:
+    """``--rate``: ``None`` (the workload's own), 0 (all at once), or a finite rate > 0."""
+    if rate is None:
+        return None
+    if not math.isfinite(rate) or rate < 0:
+        msg = f"--rate must be a finite number of requests a second >= 0 (0: at once), got {rate}"
+        raise InvalidInputError(msg)
+    return math.inf if rate == 0 else rate
 
+
+def load_workload(args: argparse.Namespace) -> Any:
+    """The workload the arguments name, cut to ``--limit`` requests.
+
+    A trace reads only its first ``--limit`` records; ``--rate`` stretches a trace
+    to that mean rate (keeping its bursts and the requests that arrive together).
+
+    Raises
+    ------
+    InvalidInputError
+        ``--limit`` below 1, a NaN, infinite or negative ``--rate``, or a workload
+        without requests.
+    """
+    from radixmeta.sim import workloads
+    from radixmeta.sim.load import scale_to_rate
+
+    if args.limit is not None and args.limit < 1:
+        msg = f"--limit must be >= 1 request, got {args.limit}"
+        raise InvalidInputError(msg)
+    rate = _check_rate(args.rate)
     params: dict[str, Any] = {}
     name = args.workload
     if name == "mmlu":
@@ -101,17 +145,34 @@ def load_workload(args: argparse.Namespace) -> Any:
         if not args.trace_file:
             msg = "--workload trace needs --trace-file FILE (JSON lines with hash_ids)"
             raise InvalidInputError(msg)
-        params.update(path=args.trace_file, block_size=args.block_size, time_scale=args.time_scale)
+        params.update(
+            path=args.trace_file,
+            block_size=args.block_size,
+            time_scale=args.time_scale,
+            limit=args.limit,  # reads no further
+        )
     elif name == "sharegpt":
         params.update(path=args.sharegpt_file, tokenizer=args.tokenizer)
-    if args.rate is not None:
-        params["rate"] = math.inf if args.rate <= 0 else args.rate
+    if rate is not None and name != "trace":
+        params["rate"] = rate
     if name != "trace":
         params["seed"] = args.seed
     workload = workloads.load(name, **params)
     if args.limit is not None and args.limit < len(workload):
         workload = workloads.Workload(
             workload.name, list(workload)[: args.limit], {**workload.metadata, "limit": args.limit}
+        )
+    if len(workload) == 0:
+        msg = f"the {name} workload has no requests: nothing to simulate"
+        raise InvalidInputError(msg)
+    if rate is not None and name == "trace":
+        times, factor = scale_to_rate(list(workload.arrivals), rate)
+        requests = [
+            workloads.Request(r.request_id, r.tokens, t, r.output_len, r.group)
+            for r, t in zip(workload, times, strict=True)
+        ]
+        workload = workloads.Workload(
+            workload.name, requests, {**workload.metadata, "rate": rate, "time_factor": factor}
         )
     return workload
 
@@ -125,7 +186,47 @@ def _base_config(args: argparse.Namespace) -> SimConfig:
         limits=BatchLimits(args.max_running, args.max_prefill_tokens),
         seed=args.seed,
         trace=bool(getattr(args, "trace_out", None) or args.out),
+        # reproduce a4 keeps the defaults of these three
+        report_interval=getattr(args, "report_interval", 0.1),
+        dispatch_time=getattr(args, "dispatch_time", 0.0),
+        replay_time=getattr(args, "replay_time", 0.0),
     )
+
+
+def _capacities(text: str, base: SimConfig) -> list[int | None]:
+    """``--capacity``: each value in tokens, ``model`` and ``Nx`` read off the cost model."""
+    model = base.cost_model
+    tokens = None if model is None else model.kv_tokens
+    out: list[int | None] = []
+    for item in _list(text):
+        value = parse_capacity(item, tokens)
+        if isinstance(value, str):
+            msg = (
+                f"--capacity {item}: the prefill and decode models are not a cost model "
+                "(radixmeta.policies.costs.COST_MODELS): give tokens or inf"
+            )
+            raise InvalidInputError(msg)
+        out.append(value)
+    if not out:
+        msg = f"--capacity takes tokens (8k, 1.5m), inf, model or multiples like 0.5x, not {text!r}"
+        raise InvalidInputError(msg)
+    return out
+
+
+def _loads(text: str | None) -> list[float | None]:
+    from radixmeta.sim.load import check_load
+
+    if text is None:
+        return [None]
+    try:
+        values: list[float | None] = [check_load(x) for x in _list(text)]
+    except InvalidInputError:
+        msg = f"--load takes finite numbers > 0 separated by commas (0.5,0.8,0.95), got {text!r}"
+        raise InvalidInputError(msg) from None
+    if not values:
+        msg = f"--load takes numbers > 0 separated by commas, got {text!r}"
+        raise InvalidInputError(msg)
+    return values
 
 
 def _progress(console: Console) -> Progress:
@@ -141,10 +242,15 @@ def _progress(console: Console) -> Progress:
 
 
 def _run(
-    workload: Any, cells: list[SimConfig], jobs: int, console: Console, label: str
+    workload: Any,
+    cells: list[SimConfig],
+    jobs: int,
+    console: Console,
+    label: str,
+    arrivals: list[float] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     tokens = [r.tokens for r in workload]
-    arrivals = list(workload.arrivals)
+    arrivals = list(workload.arrivals) if arrivals is None else arrivals
     outputs = list(workload.output_lens)
     optimal = workload.optimal_hit_rate(cells[0].page_size)
     with _progress(console) as bar:
@@ -167,6 +273,34 @@ def _run(
         )
 
 
+def _run_loads(
+    workload: Any, cells: list[SimConfig], loads: list[float | None], jobs: int, console: Console
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Run every cell at every ``--load``, each (fleet, capacity) re-timed for it."""
+    if loads == [None]:
+        return _run(workload, cells, jobs, console, "simulate")
+    from radixmeta.sim.load import scale_to_load
+
+    tokens = [r.tokens for r in workload]
+    outputs = list(workload.output_lens)
+    summaries: list[dict[str, Any]] = []
+    runs: list[Any] = []
+    for load in loads:
+        assert load is not None
+        groups: dict[tuple[int, Any], list[SimConfig]] = {}
+        for cell in cells:
+            groups.setdefault((cell.workers, cell.capacity), []).append(cell)
+        for group in groups.values():
+            arrivals, info = scale_to_load(tokens, list(workload.arrivals), outputs, group[0], load)
+            label = f"load {load:g}"
+            got, got_runs = _run(workload, group, jobs, console, label, arrivals=arrivals)
+            for summary in got:
+                summary["load"] = info
+            summaries.extend(got)
+            runs.extend(got_runs)
+    return summaries, runs
+
+
 def _describe(workload: Any) -> dict[str, Any]:
     return {
         "name": workload.name,
@@ -180,21 +314,22 @@ def simulate(args: argparse.Namespace) -> int:
     """``radixmeta simulate``."""
     console = Console()
     started = time.perf_counter()
-    workload = load_workload(args)
     base = _base_config(args)
+    loads = _loads(args.load)
     cells = grid(
         base,
         workers=_workers(args.workers),
         policies=_policies(args.policies),
-        capacities=[parse_capacity(c) for c in _list(args.capacity)],
+        capacities=_capacities(args.capacity, base),
         consistencies=_consistencies(args.consistency),
     )
+    workload = load_workload(args)
     desc = _describe(workload)
     console.print(
         f"[bold]{workload.name}[/]: {desc['requests']:,} requests, {desc['prompt_tokens']:,} "
-        f"prompt tokens; {len(cells)} run(s)"
+        f"prompt tokens; {len(cells) * len(loads)} run(s)"
     )
-    summaries, runs = _run(workload, cells, args.jobs, console, "simulate")
+    summaries, runs = _run_loads(workload, cells, loads, args.jobs, console)
     title = (
         f"{workload.name}, page size {base.page_size}, H* = {summaries[0]['optimal_hit_rate']:.1%}"
     )
@@ -412,8 +547,38 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
         parser.add_argument("--policies", default="all", help="policy names or 'all' (default all)")
         parser.add_argument(
             "--capacity",
-            default="inf",
-            help="tokens per worker cache, e.g. 8k,32k,inf (default inf)",
+            default="model",
+            help=(
+                "KV pool per worker (prefix cache and running requests): tokens like 8k, "
+                "inf (no memory bound), model (the cost model's pool, the default) or a "
+                "multiple of it like 0.5x,4x"
+            ),
+        )
+        parser.add_argument(
+            "--load",
+            default=None,
+            help=(
+                "re-time the arrivals so the offered work is these shares of the fleet's "
+                "capacity, e.g. 0.5,0.8,0.95 (see docs/simulator.md)"
+            ),
+        )
+        parser.add_argument(
+            "--report-interval",
+            type=float,
+            default=0.1,
+            help="simulated seconds between the workers' load reports (default 0.1)",
+        )
+        parser.add_argument(
+            "--dispatch-time",
+            type=float,
+            default=0.0,
+            help="simulated router seconds per dispatched request (default 0)",
+        )
+        parser.add_argument(
+            "--replay-time",
+            type=float,
+            default=0.0,
+            help="simulated router seconds per replayed record (default 0)",
         )
         parser.add_argument(
             "--consistency",
@@ -424,7 +589,10 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
             "--rate",
             type=float,
             default=None,
-            help="Poisson arrivals per second (0: all at once); default: the workload's own",
+            help=(
+                "Poisson arrivals per second (0: all at once; a trace is stretched to this "
+                "mean rate, bursts kept); default: the workload's own"
+            ),
         )
         parser.add_argument("--trace-file", help="--workload trace: the JSON-lines trace")
         parser.add_argument(
