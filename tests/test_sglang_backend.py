@@ -419,3 +419,29 @@ def test_every_eviction_policy_sglang_takes_is_served_or_refused_by_name() -> No
         else:
             assert len(problems) == 1 and f"--radix-eviction-policy {name} " in problems[0]
             assert "has no such policy" not in problems[0], "each has its reason"
+
+
+def test_issue_21_lfu_evicts_what_both_sglang_trees_evict() -> None:
+    """Insert A once and B three times, match A five times, evict one token: A goes."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    H.set_server_args(1)
+    es = [H.Engine(kind, eviction="lfu", events=False) for kind in H.KINDS]
+    evicted = []
+    for e in es:
+        key = S["RadixKey"]
+        a = e.alloc.alloc(4)
+        e.cache.insert(InsertParams(key=key(H.array("q", [1, 2, 3, 4])), value=a))
+        for _ in range(3):  # three requests store B, each with its own slots
+            b = e.alloc.alloc(4)
+            r = e.cache.insert(InsertParams(key=key(H.array("q", [5, 6, 7, 8])), value=b))
+            if e.kind != "unified":  # the unified tree frees duplicates itself
+                e.alloc.free(b[: r.prefix_len])
+        for _ in range(5):
+            assert e.match([1, 2, 3, 4]) == 4  # lookups: no hit counted
+        e.take_freed()
+        e.evict(1)
+        evicted.append((e.take_freed(), sorted(a.tolist())))
+    agree("the evicted KV", evicted)
+    assert evicted[0][0] == evicted[0][1], "A, stored once, goes first"
+    assert es[0].match([5, 6, 7, 8]) == 4
