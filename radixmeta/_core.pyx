@@ -651,11 +651,13 @@ cdef class CacheCore:
         result.node = self._handle(m.node, generation, epoch, depth)
         return result
 
-    def insert(self, key, values=None, *, namespace=None, priority=0):
+    def insert(self, key, values=None, *, namespace=None, priority=0, counted=0):
         """Store ``key`` (whole pages) with its KV slot ``values``.
 
         Returns the length that was already cached, whose duplicate slots the
-        caller frees. Complexity: O(len(key) + nodes on the path + log n).
+        caller frees. Under LFU, every node of the path that ends past the
+        first ``counted`` tokens gains a hit. Complexity: O(len(key) + nodes
+        on the path + log n).
         """
         cdef vector[uint32_t] scratch
         cdef vector[int64_t] value_scratch
@@ -663,6 +665,7 @@ cdef class CacheCore:
         cdef const int64_t* value_data = NULL
         cdef size_t n = 0
         cdef int64_t prio
+        cdef uint64_t already = 0
         owner = _load_tokens(key, &scratch, &data, &n)
         if values is not None:
             value_owner = _load_values(values, n, &value_scratch, &value_data)
@@ -670,9 +673,12 @@ cdef class CacheCore:
             prio = priority
         else:
             prio = check_priority(priority)
+        if not (type(counted) is int and counted == 0):
+            # Past 2**64 - 1 nothing is counted anyway: keys are shorter than that.
+            already = min(check_int("counted", counted, 0), 0xFFFFFFFFFFFFFFFF)
         cdef uint32_t ns = self._namespace_id(namespace, True)
         cdef RadixTree* tree = self._tree.get()
-        cdef InsertOutcome out = tree.insert(ns, data, value_data, n, prio)
+        cdef InsertOutcome out = tree.insert(ns, data, value_data, n, prio, already)
         cdef uint64_t total = tree.total_size()
         # Out of the core before any object is made: the slots this call freed
         # for capacity, and the namespaces it emptied (or did not create).
