@@ -8,6 +8,7 @@ generic decode of the same bytes. They run only after a decode has failed.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -35,7 +36,10 @@ _NAMES: dict[type, str] = {
     str: "str",
     bytes: "bytes",
     list: "array",
+    tuple: "array",  # an array as a map key
     dict: "map",
+    msgspec.msgpack.Ext: "ext",
+    datetime.datetime: "timestamp",  # the msgpack timestamp extension
 }
 
 
