@@ -13,12 +13,14 @@ import tracemalloc
 from collections import Counter
 
 import msgspec
+import numpy as np
 import pytest
 import wire_fuzz
 from conftest import require_native
 from wire_fuzz import CODECS, python_paths, run, seeds, value_spans
 
 from radixmeta import _reference_msgpack
+from radixmeta.errors import InputTypeError
 from radixmeta.wire import MAX_DEPTH, vllm
 
 MUTATIONS = 6_000  # over the three codecs: at least 5,000 a run
@@ -313,3 +315,21 @@ def test_every_problem_has_its_message() -> None:
     for data, message in cases:
         for codec in CODECS:
             decode_error(codec, data, message)
+
+
+def test_buffers_are_read_as_their_bytes() -> None:
+    """A memoryview of any format or shape decodes as its bytes if they are contiguous; a
+    view that is not is the caller's type error, never another exception."""
+    first_seeds = dict(reversed(seeds()))  # the first seed of each codec
+    for codec, data in first_seeds.items():
+        as_ints = np.frombuffer(data + bytes(-len(data) % 4), np.uint8)[: len(data)]
+        for view in (memoryview(data), memoryview(as_ints), memoryview(as_ints.reshape(1, -1))):
+            assert wire_fuzz.same_decoded(
+                CODECS[codec].decode_batch(view), CODECS[codec].decode_batch(data)
+            )
+        wide = memoryview(np.frombuffer(data[: len(data) // 4 * 4], np.int32))
+        assert run(codec, bytes(wide)).kind == run(codec, wide).kind
+        with pytest.raises(InputTypeError, match="non-contiguous memoryview"):
+            CODECS[codec].decode_batch(memoryview(data)[::2])
+        with pytest.raises(InputTypeError, match="data must be bytes, got str"):
+            CODECS[codec].decode_batch("93")

@@ -441,7 +441,13 @@ def _same_value(a: Any, b: Any) -> bool:
         )
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
-    return type(a) is type(b) and bool(a == b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):  # extra_keys and the like: NaN may sit inside
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 def same_decoded(a: Any, b: Any) -> bool:

@@ -28,8 +28,8 @@ from typing import Any, Union
 
 import msgspec
 
-from radixmeta.errors import DecodeError, InputTypeError
-from radixmeta.wire._limits import check_structure
+from radixmeta.errors import DecodeError
+from radixmeta.wire._limits import as_message, check_structure
 from radixmeta.wire._messages import batch_message, event_message, malformed_message, type_name
 from radixmeta.wire._normalise import Invalid
 from radixmeta.wire._schema import EventSchema, Field, decode_struct
@@ -158,9 +158,7 @@ class BatchDecoder:
 
     def decode(self, data: bytes) -> EventBatch:
         """Decode one batch; see the module docstring for the two paths."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            msg = f"data must be bytes, got {type(data).__name__}"
-            raise InputTypeError(msg)
+        data = as_message(data)
         is_map = _first_event_is_map(data)
         if is_map and self._native is not None:
             batch = self._native(data)  # what it takes passes check_structure

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from radixmeta.errors import DecodeError
+from radixmeta.errors import DecodeError, InputTypeError
 
-__all__ = ["MAX_DEPTH", "check_structure", "structure_message"]
+__all__ = ["MAX_DEPTH", "as_message", "check_structure", "structure_message"]
 
 MAX_DEPTH = 64
 """Arrays and maps a wire message may nest; a message nested deeper raises DecodeError."""
@@ -40,6 +40,30 @@ try:  # the compiled extension's one-pass check
     from radixmeta._core import msgpack_check as _check
 except ImportError:  # no compiled extension: the same rule in Python
     from radixmeta._reference_msgpack import msgpack_check as _check
+
+
+def as_message(data: Any) -> bytes | bytearray | memoryview:
+    """``data`` as the decoders read it: bytes and bytearray as they are, a memoryview as
+    its bytes (any format or shape, if contiguous).
+
+    Raises
+    ------
+    InputTypeError
+        ``data`` is not bytes, a bytearray or a memoryview, or is a view whose bytes
+        are not contiguous.
+    """
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    if isinstance(data, memoryview):
+        if data.format == "B" and data.ndim == 1 and data.c_contiguous:
+            return data
+        try:
+            return data.cast("B")
+        except TypeError:
+            msg = "data must be a contiguous buffer of bytes, got a non-contiguous memoryview"
+            raise InputTypeError(msg) from None
+    msg = f"data must be bytes, got {type(data).__name__}"
+    raise InputTypeError(msg)
 
 
 def _kind(header: int) -> tuple[str, str]:

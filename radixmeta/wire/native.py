@@ -38,7 +38,7 @@ import numpy as np
 
 from radixmeta._records import Cleared, Record, Removed, Stored
 from radixmeta.errors import DecodeError, InputTypeError, InvalidInputError
-from radixmeta.wire._limits import check_structure
+from radixmeta.wire._limits import as_message, check_structure
 from radixmeta.wire._messages import malformed_message
 
 __all__ = ["MAGIC", "VERSION", "NativeBatch", "decode_batch", "encode_batch"]
@@ -245,11 +245,9 @@ def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
         Any byte string either decodes or raises this, with the limits of
         :mod:`radixmeta.wire` (nesting, lengths) checked before it is decoded.
     InputTypeError
-        ``data`` is not bytes-like.
+        ``data`` is not bytes, a bytearray or a contiguous memoryview.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        msg = f"data must be bytes, got {type(data).__name__}"
-        raise InputTypeError(msg)
+    data = as_message(data)
     check_structure(data, _BATCH)
     try:
         batch = _batch_decoder.decode(data)
