@@ -20,7 +20,7 @@ from conftest import require_native
 from wire_fuzz import CODECS, python_paths, run, seeds, value_spans
 
 from radixmeta import _reference_msgpack
-from radixmeta.errors import InputTypeError
+from radixmeta.errors import DecodeError, InputTypeError
 from radixmeta.wire import MAX_DEPTH, vllm
 
 MUTATIONS = 6_000  # over the three codecs: at least 5,000 a run
@@ -333,3 +333,42 @@ def test_buffers_are_read_as_their_bytes() -> None:
             CODECS[codec].decode_batch(memoryview(data)[::2])
         with pytest.raises(InputTypeError, match="data must be bytes, got str"):
             CODECS[codec].decode_batch("93")
+
+
+def test_what_msgspec_still_refuses_is_placed() -> None:
+    """Past the structure check, msgspec refuses map keys that cannot be dict keys and bad
+    msgpack timestamps in values it decodes as any value: the message names the event (or
+    the namespace) and msgspec's path in it, and a type tag that is no string by its type."""
+    raw = msgspec.Raw
+    unhashable = enc([1.0, [{"type": "Future", "k": raw(b"\x81\x80\x01")}]])
+    bad_time = enc([1.0, [["Future", raw(b"\xd5\xff\x00\x00")]]])
+    in_extra_keys = enc(
+        [1.0, [{"type": "BlockStored", "block_hashes": [1], "token_ids": [], "block_size": 0,
+                "extra_keys": raw(b"\x91\xd5\xff\x00\x00")}]]
+    )
+    ext_tag = enc([1.0, [{"type": msgspec.msgpack.Ext(5, b"a")}]])
+    for codec in ("vllm", "sglang"):
+        decode_error(
+            codec,
+            unhashable,
+            "batch[1][0]: malformed msgpack: map keys must be hashable at offset 18 of the event",
+        )
+        decode_error(codec, bad_time, "batch[1][0][1]: malformed msgpack: invalid MessagePack "
+                     "timestamp")
+        decode_error(
+            codec,
+            ext_tag,
+            "batch[1][0]: an event map must have a string 'type' key, got 'type' of type ext",
+        )
+    decode_error("vllm", in_extra_keys, "batch[1][0][...][0]: malformed msgpack: invalid "
+                 "MessagePack timestamp")
+    for namespace, message in [
+        (b"\x81\x80\x01", "malformed msgpack: map keys must be hashable at offset 3 of the "
+         "namespace"),
+        (b"\x91\xd5\xff\x00\x00", "malformed msgpack: invalid MessagePack timestamp"),
+    ]:
+        data = enc(["radixmeta", 1, 0.0, "w", 0, [[0, 0, raw(namespace), b"", 0]]])
+        where = "batch[5][0][2]" + ("[0]" if namespace[0] == 0x91 else "")
+        with pytest.raises(DecodeError) as info:
+            CODECS["native"].decode_batch(data)
+        assert str(info.value) == f"{where}: {message}"

@@ -30,7 +30,13 @@ import msgspec
 
 from radixmeta.errors import DecodeError
 from radixmeta.wire._limits import as_message, check_structure
-from radixmeta.wire._messages import batch_message, event_message, malformed_message, type_name
+from radixmeta.wire._messages import (
+    batch_message,
+    event_message,
+    malformed_message,
+    placed_message,
+    type_name,
+)
 from radixmeta.wire._normalise import Invalid
 from radixmeta.wire._schema import EventSchema, Field, decode_struct
 from radixmeta.wire._versions import Version
@@ -91,9 +97,11 @@ def _shown(name: str, value: object) -> str:
 
 def _malformed(exc: msgspec.DecodeError, where: str = "") -> DecodeError:
     # What check_structure leaves to msgspec: a map key that cannot be a dict key (an
-    # array or a map) or a bad msgpack timestamp, in a value decoded as any value.
-    detail = malformed_message(exc, 0)
-    return DecodeError(f"{where}: {detail}" if where else detail)
+    # array or a map) or a bad msgpack timestamp, in a value decoded as any value. With
+    # `where`, msgspec read one event: its offsets count from the event's first byte.
+    if not where:
+        return DecodeError(malformed_message(exc, 0))
+    return DecodeError(placed_message(exc, where, " of the event"))
 
 
 def _generic(where: str, raw: bytes) -> Any:

@@ -39,7 +39,7 @@ import numpy as np
 from radixmeta._records import Cleared, Record, Removed, Stored
 from radixmeta.errors import DecodeError, InputTypeError, InvalidInputError
 from radixmeta.wire._limits import as_message, check_structure
-from radixmeta.wire._messages import malformed_message
+from radixmeta.wire._messages import malformed_message, placed_message
 
 __all__ = ["MAGIC", "VERSION", "NativeBatch", "decode_batch", "encode_batch"]
 
@@ -180,7 +180,7 @@ def _view(data: bytes, dtype: np.dtype[Any], where: str) -> np.ndarray:
 
 def _not_msgpack(where: str, exc: msgspec.DecodeError) -> DecodeError:
     # What check_structure leaves to msgspec: a map key that cannot be a dict key (an
-    # array or a map) or a bad msgpack timestamp, in a namespace.
+    # array or a map) or a bad msgpack timestamp.
     return _bad(where, malformed_message(exc, 0))
 
 
@@ -190,7 +190,7 @@ def _ns(raw: msgspec.Raw, where: str) -> Any:
     try:
         value = _decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        raise _not_msgpack(where, exc) from None
+        raise DecodeError(placed_message(exc, where, " of the namespace")) from None
     try:
         return _namespace(value, where)
     except InputTypeError as exc:
