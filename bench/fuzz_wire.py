@@ -99,8 +99,8 @@ def print_table(result: dict[str, Any]) -> None:
     for name, c in result["counts"].items():
         print(f"{name:<8}" + "".join(f"{c.get(k, 0):>12,}" for k in OUTCOMES)
               + f"{100 * c.get('decoded', 0) / n:>10.1f}%")
-    print(f"contract breaks (any codec, the Python paths, a round trip, an entry point): "
-          f"{result['contract_breaks']}")
+    print(f"contract breaks: {result['contract_breaks']} (a decoder, the Python paths,")
+    print("  a round trip or an entry point of the binding)")
     for item in result["broken"][:5]:
         print(f"  mutation {item['mutation']} ({'+'.join(item['mutators'])}): {item['hex']}")
         for p in item["problems"][:3]:
@@ -146,6 +146,8 @@ def atheris_run(seconds: int) -> dict[str, Any]:
     runs = re.findall(r"Done (\d+) runs in (\d+) second", log)
     coverage = re.findall(r"#\d+\s+\w+\s+cov: (\d+) ft: (\d+)", log)
     crashes = sorted(os.listdir(artifacts))
+    if not crashes:
+        os.rmdir(artifacts)  # kept only to hold what libFuzzer found
     result = {
         "seconds": seconds,
         "exit_code": done.returncode,
@@ -154,9 +156,9 @@ def atheris_run(seconds: int) -> dict[str, Any]:
         "features": int(coverage[-1][1]) if coverage else None,
         "crashes": [os.path.join(artifacts, c) for c in crashes],
     }
-    print(f"atheris: exit {done.returncode}, {result['runs']} runs, coverage "
-          f"{result['coverage']} edges / {result['features']} features, "
-          f"{len(crashes)} crash file(s) {'in ' + artifacts if crashes else ''}")
+    print(f"atheris: exit {done.returncode}, {result['runs']} runs, "
+          f"{result['coverage']} edges, {result['features']} features covered")
+    print(f"atheris: {len(crashes)} crash file(s)" + (f" in {artifacts}" if crashes else ""))
     if done.returncode != 0:
         print("\n".join(log.splitlines()[-20:]))
     return result
