@@ -164,7 +164,7 @@ class BatchDecoder:
             )
             self._fast[maps] = msgspec.msgpack.Decoder(batch)
 
-    def decode(self, data: bytes) -> EventBatch:
+    def decode(self, data: bytes | bytearray | memoryview) -> EventBatch:
         """Decode one batch; see the module docstring for the two paths."""
         data = as_message(data)
         is_map = _first_event_is_map(data)

@@ -235,7 +235,7 @@ def _path(exc: msgspec.ValidationError) -> str:
     return f"{_BATCH}{at.rstrip('`')}: {message}"
 
 
-def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
+def decode_batch(data: bytes | bytearray | memoryview, *, seq: int = 0) -> NativeBatch:
     """The batch in ``data``; its records are named ``(seq, index)``.
 
     Raises
@@ -263,7 +263,7 @@ def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
     return NativeBatch(batch.timestamp, worker, rank, records)
 
 
-def _check_header(data: bytes) -> None:
+def _check_header(data: bytes | bytearray | memoryview) -> None:
     header = f"expected [{MAGIC!r}, {VERSION}, timestamp, worker, dp_rank, records]"
     try:
         top = _header_decoder.decode(data)
