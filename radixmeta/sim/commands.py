@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +177,25 @@ def _describe(workload: Any) -> dict[str, Any]:
     }
 
 
+def _print_table(
+    args: argparse.Namespace, summaries: Sequence[Mapping[str, Any]], title: str, console: Console
+) -> None:
+    report.print_table(
+        summaries, title, console, columns=args.columns, wide=args.wide, fmt=args.format
+    )
+
+
+def _check_output_options(args: argparse.Namespace) -> None:
+    """Refuse a bad --columns before any run, not after a long sweep."""
+    if args.columns is not None:
+        report.resolve_columns(args.columns)
+
+
 def simulate(args: argparse.Namespace) -> int:
     """``radixmeta simulate``."""
     console = Console()
     started = time.perf_counter()
+    _check_output_options(args)
     workload = load_workload(args)
     base = _base_config(args)
     cells = grid(
@@ -192,13 +208,14 @@ def simulate(args: argparse.Namespace) -> int:
     desc = _describe(workload)
     console.print(
         f"[bold]{workload.name}[/]: {desc['requests']:,} requests, {desc['prompt_tokens']:,} "
-        f"prompt tokens; {len(cells)} run(s)"
+        f"prompt tokens; {len(cells)} run(s)",
+        soft_wrap=True,
     )
     summaries, runs = _run(workload, cells, args.jobs, console, "simulate")
     title = (
         f"{workload.name}, page size {base.page_size}, H* = {summaries[0]['optimal_hit_rate']:.1%}"
     )
-    report.print_table(summaries, title, console)
+    _print_table(args, summaries, title, console)
     _write_outputs(args, desc, summaries, runs, console)
     console.print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
@@ -235,13 +252,15 @@ def reproduce_a4(args: argparse.Namespace) -> int:
     """``radixmeta reproduce a4``: the paper's claims beside what the simulator measures."""
     console = Console()
     started = time.perf_counter()
+    _check_output_options(args)
     args.workload = "mmlu"
     args.rate = None
     workload = load_workload(args)
     desc = _describe(workload)
     console.print(
         f"[bold]A.4 reproduction[/]: MMLU, {desc['requests']:,} questions arriving as one batch, "
-        f"{desc['prompt_tokens']:,} prompt tokens, page size {args.page_size}"
+        f"{desc['prompt_tokens']:,} prompt tokens, page size {args.page_size}",
+        soft_wrap=True,
     )
     base = _base_config(args)
     rows: list[tuple[str, str, str, bool | None]] = []
@@ -378,7 +397,7 @@ def reproduce_a4(args: argparse.Namespace) -> int:
     share = idle["timing"]["router_share_of_prefill"]
     rows.append(("router overhead / simulated prefill time", "< 1 %", f"{share:.3%}", share < 0.01))
 
-    report.print_table(everything, "every run of the reproduction", console)
+    _print_table(args, everything, "every run of the reproduction", console)
     table = Table(title="SGLang A.4: claim against measurement", header_style="bold")
     for col in ("claim", "target", "measured", "met"):
         table.add_column(col)
@@ -462,4 +481,22 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
     parser.add_argument(
         "--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)"
     )
-    parser.add_argument("--out", help="write JSON and PNG plots under this folder")
+    parser.add_argument(
+        "--out",
+        help="write JSON and PNG plots under this folder",
+    )
+    parser.add_argument(
+        "--columns",
+        metavar="A,B,...",
+        help="the table's columns, by key (see the docs' Output section), or 'all'",
+    )
+    parser.add_argument(
+        "--wide", action="store_true", help="every column (the default when stdout is piped)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=report.FORMATS,
+        default="auto",
+        help="auto: 80 columns on a terminal, every column elsewhere; plain or markdown: "
+        "one row per run, every value whole (default auto)",
+    )

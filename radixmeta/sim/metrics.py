@@ -43,7 +43,9 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         ``optimal_hit_rate``, ``requests``, ``completed``, ``makespan`` (s),
         ``throughput_rps``, ``throughput_tps`` (prompt and output tokens per
         second), ``ttft`` and ``latency`` percentiles (s), ``imbalance`` (max over
-        mean of the workers' prefill busy time), ``workers`` (per worker),
+        mean of the workers' prefill busy time), ``insert_refused`` (prompts
+        that could not be cached beside the locked pages, over all workers),
+        ``workers`` (per worker),
         ``event_lag`` (mean and max seconds from a record's step to its replay),
         ``replay`` (the Replayer's counters) and ``timing`` (real wall seconds:
         dispatch, replay and the workers' cache calls; the router's overhead per
@@ -103,6 +105,7 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "ttft": _percentiles(first[done] - arrival[done]),
         "latency": _percentiles(finished[done] - arrival[done]),
         "imbalance": float(prefill_busy.max() / mean_busy) if mean_busy > 0 else 1.0,
+        "insert_refused": sum(w["insert_refused"] for w in workers),
         "workers": workers,
         "records": run.records,
         "removed_records": run.removed,
