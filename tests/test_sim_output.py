@@ -18,6 +18,7 @@ import pytest
 
 from radixmeta.cli import _parser, main
 from radixmeta.sim import commands, workloads
+from radixmeta.sim.chrome_trace import run_name, write_trace
 from radixmeta.sim.engine import SimConfig, Simulation
 from radixmeta.sim.metrics import summarise
 from radixmeta.sim.plots import cell_slug, figures, write_plots
@@ -230,3 +231,40 @@ def test_cell_slugs_carry_the_load_where_a_sweep_sets_one() -> None:
     s = {"workers_count": 4, "capacity": 200_000, "consistency": "none", "load": 0.8}
     assert cell_slug(s) == "4w_200k_none_load0.8"
     assert cell_slug({**s, "load": None}) == "4w_200k_none"
+
+
+def test_the_chrome_trace_names_its_run_and_policy(tmp_path: Path) -> None:
+    wl = small()
+    run = run_of(wl, workers=2, capacity=1_000_000, policy="round_robin", trace=True)
+    path = tmp_path / "trace.json"
+    write_trace(path, run, "gsp")
+    doc = strict_load(path)
+    meta = {e["name"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "M" and "tid" not in e}
+    assert meta["process_name"]["name"] == "gsp: round_robin, 2 workers, 1m tokens each, idle"
+    assert meta["process_labels"]["labels"] == "round_robin"
+    assert run_name(run, "gsp") == meta["process_name"]["name"]
+    other = doc["otherData"]
+    assert (other["policy"], other["workers"], other["capacity"], other["workload"]) == (
+        "round_robin",
+        2,
+        "1m",
+        "gsp",
+    )
+    threads = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"]
+    assert threads == ["w0", "w1", "router"]
+    assert {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"} >= {"prefill", "decode"}
+
+
+def test_trace_out_traces_only_the_run_it_writes(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    rc = main(
+        [
+            "simulate", "--limit", "30", "--policies", "default,round_robin", "--workers", "1,2",
+            "--out", str(tmp_path / "out"), "--trace-out", str(trace),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    doc = strict_load(trace)
+    assert doc["otherData"]["workers"] == 2 and doc["otherData"]["policy"] == "default"
+    names = [p.name for p in (tmp_path / "out").glob("load_per_worker_*.png")]
+    assert names == ["load_per_worker_default_2w_inf_idle.png"]

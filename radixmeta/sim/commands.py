@@ -261,9 +261,11 @@ def simulate(args: argparse.Namespace) -> int:
         note = f", {len(plots)} plot(s)" if plots else " (no plots: pip install 'radixmeta[plots]')"
         console.print(f"wrote {out / 'results.json'}{note}")
     if traced is not None:
+        from radixmeta.sim.chrome_trace import write_trace
+
         run = records[traced].run
         assert run is not None  # kept whole because its cell traced
-        report.write_trace(Path(args.trace_out), run)
+        write_trace(Path(args.trace_out), run, workload.name)
         console.print(f"wrote {args.trace_out} (open it in https://ui.perfetto.dev)")
     console.print(f"done in {time.perf_counter() - started:.1f} s")
     return 0

@@ -21,15 +21,12 @@ as a made-up 0. Capacities print as they are written on the command line
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from radixmeta.errors import InvalidInputError
-from radixmeta.sim.engine import SimRun
 
 __all__ = [
     "AXES",
@@ -44,7 +41,6 @@ __all__ = [
     "print_table",
     "resolve_columns",
     "table_lines",
-    "write_trace",
 ]
 
 #: Table formats: ``auto`` is the fitted view on a terminal and ``plain`` elsewhere.
@@ -461,35 +457,3 @@ def print_table(
         console.out(title, highlight=False)
     for line in lines:
         console.out(line, highlight=False)
-
-
-def write_trace(path: Path, run: SimRun) -> None:
-    """Write ``run``'s spans as a Chrome trace (needs ``SimConfig(trace=True)``)."""
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "simulated fleet"}},
-    ]
-    for i, name in enumerate(run.worker_names):
-        events.append(
-            {"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": name}}
-        )
-    router_tid = len(run.worker_names)
-    events.append(
-        {"name": "thread_name", "ph": "M", "pid": 1, "tid": router_tid, "args": {"name": "router"}}
-    )
-    for kind, w, start, dur in run.spans:
-        tid = router_tid if kind == "replay" else w
-        events.append(
-            {"name": kind, "ph": "X", "pid": 1, "tid": tid, "ts": start * 1e6, "dur": dur * 1e6}
-        )
-    for t, w, waiting, running in run.load:
-        events.append(
-            {
-                "name": f"{run.worker_names[w]} load",
-                "ph": "C",
-                "pid": 1,
-                "ts": t * 1e6,
-                "args": {"waiting": waiting, "running": running},
-            }
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
