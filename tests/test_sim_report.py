@@ -355,3 +355,10 @@ def test_simulate_on_a_terminal_prints_80_columns() -> None:
     assert not any(e in text for e in ELLIPSES)
     assert cells(body[0])[:2] == ["policy", "hit"]
     assert "2 workers, 4k tokens each, idle:" in body and "2 workers, 1m tokens each, idle:" in body
+
+
+def test_the_docs_explain_every_column() -> None:
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    section = text[text.index("## Output") : text.index("## Workloads")]
+    missing = [c.key for c in report.COLUMNS if f"`{c.key}`" not in section]
+    assert not missing
