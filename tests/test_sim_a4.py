@@ -120,3 +120,14 @@ def test_reproduce_exits_0_when_it_ran_and_1_with_check_when_a_claim_fails(
     plots = sorted(p.name for p in (tmp_path / "a4").glob("*.png"))
     assert "batch_hit_rate_by_capacity_4w_idle.png" in plots
     assert any(p.startswith("poisson") and "ttft_cdf_4w_inf_immediate" in p for p in plots)
+
+
+@pytest.mark.timeout(120)
+def test_the_poisson_runs_are_not_scaled_against_the_batchs(tmp_path: Path) -> None:
+    # They are another workload: no one-worker base of theirs, so no scaling.
+    _, doc = _reproduce(tmp_path)
+    poisson = [r for r in doc["runs"] if r["consistency"] == "immediate"]
+    poisson += [r for r in doc["runs"][-2:] if r["consistency"] == "idle"]
+    assert len(poisson) == 2 and all("scaling" not in r for r in poisson)
+    batch = [r for r in doc["runs"][:-2] if r["workers_count"] == 4]
+    assert all(r["scaling"] > 0 for r in batch)

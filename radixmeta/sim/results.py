@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from radixmeta.sim.metrics import scaling
-
 if TYPE_CHECKING:
     import numpy.typing as npt
 
@@ -117,8 +115,10 @@ class ResultsFile:
 
     The document is ``{"workload": ..., "runs": [...], "runs_total": N,
     "complete": bool, **extra}``, the runs in the sweep's order (a run that is
-    still going is absent), each with ``scaling`` against the one-worker runs
-    finished so far.
+    still going is absent). Summaries are kept by reference, so what the sweep
+    adds to them later (``scaling``, once its one-worker base is in) is in the
+    next write; scaling is the sweep's to compute, never this file's, as runs of
+    different workloads (``reproduce a4``'s batch and Poisson runs) may share it.
     """
 
     path: Path
@@ -135,7 +135,6 @@ class ResultsFile:
     def write(self, *, complete: bool) -> None:
         """Write the document now (``complete`` once every run is in)."""
         runs = [self._runs[i] for i in sorted(self._runs)]
-        scaling(runs)
         doc = {
             "workload": self.workload,
             "runs": runs,
