@@ -124,6 +124,20 @@ def test_results_are_rewritten_whole_as_each_run_ends(tmp_path: Path) -> None:
     assert strip == [{k: v for k, v in s.items() if k != "timing"} for s in again]
 
 
+def test_the_results_file_exists_before_the_first_run(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    ResultsFile(path, {"name": "gsp", "metadata": {"rate": math.inf}}, 3)
+    assert strict_load(path) == {
+        "workload": {"name": "gsp", "metadata": {"rate": None}},
+        "runs": [],
+        "runs_total": 3,
+        "complete": False,
+    }
+    # What JSON cannot hold fails here, before a sweep has spent any time.
+    with pytest.raises(TypeError):
+        ResultsFile(tmp_path / "bad.json", {"name": "gsp", "metadata": {"path": Path("x")}}, 3)
+
+
 def test_out_alone_records_no_spans() -> None:
     args = _parser().parse_args(["simulate", "--out", "somewhere"])
     assert commands._base_config(args).trace is False

@@ -1,8 +1,8 @@
 """What a sweep keeps and writes: strict JSON results, streamed run by run.
 
-``radixmeta simulate --out DIR`` writes ``DIR/results.json`` when the first run
-finishes and rewrites it (atomically: a temporary file, then a rename) after
-every later one, so the file is always one complete, valid document of the runs
+``radixmeta simulate --out DIR`` writes ``DIR/results.json`` when the sweep
+starts (no runs yet) and rewrites it (atomically: a temporary file, then a
+rename) after every run, so the file is always one complete, valid document of the runs
 finished so far; ``"complete": true`` marks the last write. A sweep that is
 stopped keeps what it did, and memory does not grow with the runs: each run's
 per-request record is dropped once it is summarised, and only a
@@ -57,7 +57,11 @@ def strict(value: Any) -> Any:
 
 
 def dumps(doc: Any, *, indent: int | None = 2) -> str:
-    """``doc`` as strict JSON text (keys sorted); raises ValueError on what JSON cannot hold."""
+    """``doc`` as strict JSON text, keys sorted.
+
+    Raises TypeError on a value JSON cannot hold: nothing is quietly written as a
+    string.
+    """
     return json.dumps(strict(doc), indent=indent, sort_keys=True, allow_nan=False)
 
 
@@ -126,6 +130,11 @@ class ResultsFile:
     total: int
     extra: dict[str, Any] = field(default_factory=dict)
     _runs: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Written at once: an unwritable folder or a value JSON cannot hold is an
+        # error before the sweep, not after its first run.
+        self.write(complete=False)
 
     def add(self, index: int, summary: dict[str, Any]) -> None:
         """Record run ``index``'s summary and rewrite the file."""
