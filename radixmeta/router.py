@@ -50,14 +50,14 @@ from radixmeta.errors import (
     StaleWorkerError,
     UnknownRequestError,
 )
+from radixmeta.events.replay import Replayer, ReplaySource, ReplayStats
 from radixmeta.meta import MetaTree
 from radixmeta.policies._params import extremes
 from radixmeta.policies.base import BatchPolicy, Choice, EngineLoad, Request, View
-from radixmeta.replay import Replayer, ReplaySource, ReplayStats
 
 if TYPE_CHECKING:
     from radixmeta._records import Record
-    from radixmeta.subscription import FleetSubscription, WorkerEndpoint
+    from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["Decision", "Router", "WorkerLoad"]
 
@@ -1251,10 +1251,10 @@ class Router:
         Workers not registered yet are added (up, without a capacity). The
         router keeps the subscription only to poll it in ``idle`` and close it
         in ``close``; arguments are those of
-        :class:`~radixmeta.subscription.FleetSubscription`, whose block size is
+        :class:`~radixmeta.events.subscription.FleetSubscription`, whose block size is
         the router's page size.
         """
-        from radixmeta.subscription import FleetSubscription
+        from radixmeta.events.subscription import FleetSubscription
 
         self._check_exact("subscribe")
         with self._lock:
