@@ -1382,7 +1382,7 @@ class Router:
 
     def metrics_text(self) -> str:
         """``metrics()`` in the Prometheus text exposition format (``radixmeta_router_*``)."""
-        from radixmeta._router_metrics import exposition
+        from radixmeta.router.exposition import exposition
 
         return exposition(self.metrics())
 
