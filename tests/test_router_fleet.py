@@ -8,6 +8,7 @@ sockets) and the child processes.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 
@@ -80,7 +81,8 @@ def test_a_subscribed_router_follows_the_engines_caches() -> None:
         started = time.monotonic()
         router.close()
         assert time.monotonic() - started < 5
-        assert subscription.subscriber.closed and router._background is None
+        assert subscription.subscriber.closed and router.closed
+        assert not [t for t in threading.enumerate() if t.name == "radixmeta-router"]
         for conn in children.values():
             conn.send(("exit",))
     router.tree.check()

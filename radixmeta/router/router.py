@@ -1,26 +1,9 @@
-"""The Router: a MetaTree, the workers and their loads, a policy, and the replayer.
+"""The Router class: the public calls, the lock, and the order of each call's steps.
 
-The SGLang paper's appendix A.4, as a library object. ``dispatch`` matches a
-request against the meta-tree (every worker's cached prefix in one walk), hands
-a policy a read-only :class:`~radixmeta.policies.base.View` of the up workers,
-and applies what it chose: the request's pages are marked for that worker at
-once, continuing from the match's walk, and its load is counted until
-``finish``. ``dispatch_batch`` decides a batch together, keeping requests that
-share a long prefix with each other on one worker unless load forbids it.
-
-Two modes:
-
-* **exact**: the tree is what the workers report, fed by their events through
-  the router's :class:`~radixmeta.events.Replayer` (``replay``, ``idle``,
-  ``subscribe``). A dispatch's marks are *holds* (``MetaTree.hold``): counted
-  by every match, never part of the reported view, released at ``finish``.
-* **approximate**: no events; each worker's ``capacity`` bounds the router's
-  own model of its cache (the MetaTree's approximate workers), and a dispatch's
-  marks are inserts, evicted least recently used first.
-
-Every public method takes one lock, so ``dispatch`` and ``finish`` may be called
-from several threads; the replayer applies events without it (each MetaTree call
-is atomic, and a mark checks its match's walk node by node before it trusts it).
+The parts it puts together live beside it: the workers and their loads
+(:mod:`~radixmeta.router.registry`), the decisions (:mod:`~radixmeta.router.decision`),
+the batch path (:mod:`~radixmeta.router.batch`), the event inputs
+(:mod:`~radixmeta.router.feed`) and the metrics (:mod:`~radixmeta.router.metrics`).
 """
 
 from __future__ import annotations
@@ -31,199 +14,42 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from radixmeta import _keys
-from radixmeta._batch import PrefixGroup, prefix_groups
+from radixmeta._batch import prefix_groups
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
     InputTypeError,
     InvalidInputError,
     NoWorkerError,
-    PolicyError,
     RouterClosedError,
     StaleWorkerError,
     UnknownRequestError,
 )
-from radixmeta.events.replay import Replayer, ReplaySource, ReplayStats
+from radixmeta.events.replay import ReplaySource, ReplayStats
 from radixmeta.meta import MetaTree
-from radixmeta.policies._params import extremes
-from radixmeta.policies.base import BatchPolicy, Choice, EngineLoad, Request, View
+from radixmeta.policies.base import BatchPolicy, EngineLoad, Request
+from radixmeta.router import batch
+from radixmeta.router.decision import Decision
+from radixmeta.router.feed import EventFeed
+from radixmeta.router.metrics import replay_metrics, worker_metrics
+from radixmeta.router.registry import Registry, WorkerLoad
 
 if TYPE_CHECKING:
     from radixmeta._records import Record
+    from radixmeta.events.replay import Replayer
     from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 
-__all__ = ["Decision", "Router", "WorkerLoad"]
+__all__ = ["Router"]
 
 Tokens = npt.NDArray[np.uint32]
 _UINT32 = np.dtype(np.uint32)
 _MODES = ("exact", "approximate")
-_CHOSEN = "chosen"  # the label of a decision whose policy returned a bare worker
-
-
-class Decision:
-    """What ``dispatch`` decided for one request, and why.
-
-    Attributes
-    ----------
-    request_id : str
-        The request's id (generated when the caller gave none).
-    worker : WorkerId
-        The worker chosen.
-    matched : int
-        Tokens of the prompt that worker held (by the events and the router's
-        own marks) when it was chosen: the estimated cache hit.
-    label : str
-        The policy's short reason (``"affinity"``, ``"balance"``...), or
-        ``"chosen"`` when it gave none; counted by ``Router.metrics()``.
-    detail : tuple of (str, float)
-        The numbers the policy's rule used.
-
-    Notes
-    -----
-    ``lengths`` and ``reason`` are built when read, so a decision costs its
-    slots and nothing else until someone logs or explains it. It is also the
-    router's record of the request while it is in flight (the private slots:
-    what ``finish`` releases), so a dispatch makes one object, not two.
-    """
-
-    __slots__ = (
-        "request_id",
-        "worker",
-        "matched",
-        "label",
-        "detail",
-        "_view",
-        "_request",
-        "_hold",
-        "_started",
-        "_decode",  # set by prefill_done: the tokens counted in decode_tokens
-    )
-    _decode: int
-
-    def __init__(
-        self,
-        request_id: str,
-        worker: WorkerId,
-        matched: int,
-        label: str,
-        detail: tuple[tuple[str, float], ...],
-        view: View,
-        request: Request,
-        hold: int | None,
-        started: float,
-    ) -> None:
-        self.request_id = request_id
-        self.worker = worker
-        self.matched = matched
-        self.label = label
-        self.detail = detail
-        self._view = view
-        self._request = request
-        self._hold = hold  # the hold of its pages (exact mode)
-        self._started = started
-
-    @property
-    def lengths(self) -> dict[WorkerId, int]:
-        """Every worker the policy could choose, with the tokens of the prompt it held."""
-        return dict(zip(self._view.workers, self._view.lengths, strict=True))
-
-    @property
-    def _uncached(self) -> int:
-        """Its tokens in prefill_tokens until prefill_done."""
-        return len(self._request.tokens) - self.matched
-
-    @property
-    def reason(self) -> str:
-        """The label and the numbers behind it, as one line: ``"balance (max_load=9, ...)"``."""
-        if not self.detail:
-            return self.label
-        numbers = ", ".join(f"{name}={_number(value)}" for name, value in self.detail)
-        return f"{self.label} ({numbers})"
-
-    def __repr__(self) -> str:
-        return (
-            f"Decision(request_id={self.request_id!r}, worker={self.worker.name!r}/"
-            f"{self.worker.dp_rank}, matched={self.matched}, reason={self.reason!r})"
-        )
-
-
-def _number(value: float) -> str:
-    """A detail number as a reason shows it: an integer without a point, else 3 digits."""
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.3g}"
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return str(int(value))
-    return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerLoad:
-    """One worker's load as the router counts it (``Router.load``).
-
-    Attributes
-    ----------
-    requests : int
-        Requests dispatched to it and not finished.
-    prefill_tokens : int
-        Uncached prompt tokens of those not yet past prefill.
-    decode_tokens : int
-        Prompt plus expected output tokens of those in decode.
-    up : bool
-        Whether policies may choose it.
-    capacity : int or None
-        Its KV capacity in tokens, when given.
-    reported : EngineLoad or None
-        What its engine last reported through ``report_load``.
-    """
-
-    requests: int
-    prefill_tokens: int
-    decode_tokens: int
-    up: bool
-    capacity: int | None
-    reported: EngineLoad | None
-
-
-@dataclass(slots=True)
-class _Worker:
-    """The router's record of one registered worker (counters only grow)."""
-
-    worker: WorkerId
-    capacity: int | None
-    up: bool = True
-    reported: EngineLoad | None = None
-    dispatches: int = 0
-    hit_tokens: int = 0
-    prompt_tokens: int = 0
-    finished: int = 0
-    expired: int = 0
-    output_tokens: int = 0
-
-
-@dataclass
-class _Sources:
-    """The router's ReplaySource: each subscribed worker's subscription, else a fallback."""
-
-    fallback: ReplaySource | None = None
-    by_worker: dict[tuple[str, int], ReplaySource] = field(default_factory=dict)
-
-    def _of(self, worker: str, dp_rank: int) -> ReplaySource | None:
-        return self.by_worker.get((worker, dp_rank), self.fallback)
-
-    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
-        source = self._of(worker, dp_rank)
-        return None if source is None else source.replay(worker, dp_rank, from_seq)
-
-    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
-        source = self._of(worker, dp_rank)
-        return None if source is None else source.snapshot(worker, dp_rank)
 
 
 def as_tokens(tokens: object) -> Tokens:
@@ -331,26 +157,23 @@ class Router:
         self.page_size = self.tree.page_size
         self._policy = _resolve_policy(policy)
         self._exact = mode == "exact"
-        self._sources = _Sources(source)
-        self.replayer = Replayer(self.tree, source=self._sources, restart_window=restart_window)
-        self._subscriptions: list[FleetSubscription] = []
+        self._feed = EventFeed(self.tree, source, restart_window)
+        self._registry = Registry(self.tree)
         self._clock = clock
         self._lock = threading.RLock()  # re-entrant: a policy hook may call the router
         self._closed = False
-        self._background: threading.Thread | None = None
-        self._stop = threading.Event()
-        # Per worker index (the tree's): the record and the three loads. The
-        # loads live in lists so that a view takes a copy of each in one step.
-        self._workers: list[_Worker | None] = []
-        self._requests: list[int] = []
-        self._prefill: list[int] = []
-        self._decode: list[int] = []
+        # The requests in flight by id, in dispatch order (what expire relies on).
         self._flights: dict[str, Decision] = {}
-        self._decisions: dict[str, int] = {}
+        self._decisions: dict[str, int] = {}  # label -> requests that ended with it
         # Generated ids: a prefix of this router's own, then a counter (a C iterator).
         self._ids = map(f"req-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
         self._outputs = [0, 0]  # finishes that reported output tokens, and their sum
-        self.policy = self._policy  # its hooks, and the first _refresh
+        self.policy = self._policy  # its hooks
+
+    @property
+    def replayer(self) -> Replayer:
+        """The replayer that applies the workers' events to the tree (exact mode)."""
+        return self._feed.replayer
 
     @property
     def policy(self) -> Any:
@@ -359,13 +182,15 @@ class Router:
 
     @policy.setter
     def policy(self, policy: object) -> None:
-        policy = _resolve_policy(policy)
+        resolved = _resolve_policy(policy)
         with self._lock:
-            self._policy = policy
-            self._choose_batch = policy.choose_batch if isinstance(policy, BatchPolicy) else None
-            self._on_dispatch = getattr(policy, "on_dispatch", None)
-            self._on_finish = getattr(policy, "on_finish", None)
-            self._refresh()
+            self._policy = resolved
+            self._choose = resolved.choose
+            self._choose_batch = (
+                resolved.choose_batch if isinstance(resolved, BatchPolicy) else None
+            )
+            self._on_dispatch = getattr(resolved, "on_dispatch", None)
+            self._on_finish = getattr(resolved, "on_finish", None)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -408,44 +233,34 @@ class Router:
             worker = self.tree.add_worker(
                 name, dp_rank, capacity=None if self._exact else capacity
             )
-            grow = self.tree.n_workers - len(self._workers)
-            if grow > 0:
-                self._workers += [None] * grow
-                self._requests += [0] * grow
-                self._prefill += [0] * grow
-                self._decode += [0] * grow
-            i = worker.index
-            self._workers[i] = _Worker(worker, capacity)
-            self._requests[i] = self._prefill[i] = self._decode[i] = 0
-            self._refresh()
+            self._registry.add(worker, capacity)
             return worker
 
     def remove_worker(self, worker: WorkerId) -> int:
         """Forget a worker: its pages, its requests in flight (each policy's
         ``on_finish`` is told) and its replay state. Returns the requests dropped."""
         with self._lock:
-            state = self._state(worker)
-            dropped = [f for f in self._flights.values() if f.worker is state.worker]
+            record = self._registry.record(worker)
+            dropped = [f for f in self._flights.values() if f.worker is record.worker]
             for flight in dropped:
                 del self._flights[flight.request_id]
                 self._release(flight, hold=False)  # the tree ends its holds itself
-            self.tree.remove_worker(state.worker)
+            self.tree.remove_worker(record.worker)
             self.replayer.forget(worker.name, worker.dp_rank)
-            self._workers[worker.index] = None
-            self._refresh()
+            self._registry.remove(worker)
             return len(dropped)
 
     def mark_down(self, worker: WorkerId) -> None:
         """Take a worker out of every view (its requests in flight stay counted)."""
         with self._lock:
-            self._state(worker).up = False
-            self._refresh()
+            self._registry.record(worker).up = False
+            self._registry.refresh()
 
     def mark_up(self, worker: WorkerId) -> None:
         """Let policies choose a worker again."""
         with self._lock:
-            self._state(worker).up = True
-            self._refresh()
+            self._registry.record(worker).up = True
+            self._registry.refresh()
 
     def worker(self, name: str, dp_rank: int = 0) -> WorkerId:
         """The ``WorkerId`` registered as ``(name, dp_rank)``."""
@@ -459,7 +274,7 @@ class Router:
     @property
     def up(self) -> tuple[WorkerId, ...]:
         """The workers a policy may choose, by index."""
-        return self._up
+        return self._registry.up
 
     def report_load(
         self,
@@ -487,75 +302,18 @@ class Router:
                 raise InvalidInputError(msg)
             kv_usage = float(kv_usage)
         with self._lock:
-            self._state(worker).reported = EngineLoad(queue, kv_usage, run)
-            self._refresh()
+            self._registry.record(worker).reported = EngineLoad(queue, kv_usage, run)
+            self._registry.refresh()
 
     def load(self, worker: WorkerId) -> WorkerLoad:
         """One worker's load, as policies see it."""
         with self._lock:
-            state = self._state(worker)
-            i = worker.index
-            return WorkerLoad(
-                self._requests[i],
-                self._prefill[i],
-                self._decode[i],
-                state.up,
-                state.capacity,
-                state.reported,
-            )
+            return self._registry.load(worker)
 
     @property
     def in_flight(self) -> int:
         """Requests dispatched and not finished."""
         return len(self._flights)
-
-    def _state(self, worker: object) -> _Worker:
-        """The record of a registered worker, or the tree's own error for another object."""
-        if isinstance(worker, WorkerId) and 0 <= worker.index < len(self._workers):
-            state = self._workers[worker.index]
-            if state is not None and (state.worker is worker or state.worker == worker):
-                return state
-        if not isinstance(worker, WorkerId):
-            msg = f"worker must be a WorkerId returned by add_worker, got {type(worker).__name__}"
-            raise InputTypeError(msg)
-        msg = f"{worker!r} is not a worker of this router (removed, or from another router)"
-        raise StaleWorkerError(msg)
-
-    def _refresh(self) -> None:
-        """Rebuild what every view shares: the up workers and their capacities and reports."""
-        up = [s for s in self._workers if s is not None and s.up]
-        self._up = tuple(s.worker for s in up)
-        self._up_index = [s.worker.index for s in up]
-        # Every index up (no down worker, no free slot): a view copies whole lists.
-        self._dense = self._up_index == list(range(len(self._workers)))
-        self._capacities: list[int | None] = [s.capacity for s in up]
-        self._reported: list[EngineLoad | None] = [s.reported for s in up]
-        self._position = {s.worker.index: k for k, s in enumerate(up)}
-        # What dispatch reads, in one attribute: each attribute read costs on every request.
-        self._hot = (
-            self._up,
-            self._dense,
-            self._up_index,
-            self._position,
-            self._capacities,
-            self._reported,
-            self.tree,
-            self.page_size,
-            self._policy.choose,
-            self._exact,
-            self._on_dispatch,
-            self._clock,
-            self._requests,
-            self._prefill,
-            self._decode,
-            self._flights,
-        )
-
-    def _pick(self, values: list[int]) -> list[int]:
-        """``values`` (one per worker index) aligned to the up workers (a copy)."""
-        if self._dense:
-            return values[:]
-        return [values[i] for i in self._up_index]
 
     # -- dispatch ------------------------------------------------------------------------
     def dispatch(
@@ -604,7 +362,6 @@ class Router:
 
         A call that raises changes nothing.
         """
-        # The hot path reads like this on purpose: every line costs on each request.
         if type(tokens) is np.ndarray and tokens.dtype is _UINT32 and tokens.ndim == 1:
             key = tokens
         else:
@@ -618,24 +375,7 @@ class Router:
             if self._closed:
                 msg = "dispatch on a closed Router"
                 raise RouterClosedError(msg)
-            (
-                up,
-                dense,
-                up_index,
-                position,
-                capacities,
-                reported,
-                tree,
-                page_size,
-                choose,
-                exact,
-                on_dispatch,
-                clock,
-                requests,
-                prefill,
-                decode,
-                flights,
-            ) = self._hot
+            flights, registry, tree = self._flights, self._registry, self.tree
             if request_id is None:
                 rid = next(self._ids)
                 if rid in flights:  # a caller's id that looks like ours
@@ -645,77 +385,33 @@ class Router:
                 raise DuplicateRequestError(msg)
             else:
                 rid = request_id
-            if not up:
-                raise NoWorkerError(self._no_worker())
+            if not registry.up:
+                raise NoWorkerError(registry.no_worker())
             if extras is None and namespace is None:
                 m = tree.match(key, cursor=True)
             else:
                 m = tree.match(key, extras=extras, namespace=namespace, cursor=True)
             every = m.length_list
-            if dense:
-                lengths = every
-                view = View(
-                    up,
-                    every,
-                    self._pick(m.host_lengths.tolist()) if tree.has_host_pages else every,
-                    requests[:],
-                    prefill[:],
-                    decode[:],
-                    capacities,
-                    reported,
-                    page_size,
-                    m.prefix_key,
-                )
-            else:
-                lengths = [every[i] for i in up_index]
-                view = View(
-                    up,
-                    lengths,
-                    self._pick(m.host_lengths.tolist()) if tree.has_host_pages else lengths,
-                    self._pick(requests),
-                    self._pick(prefill),
-                    self._pick(decode),
-                    capacities,
-                    reported,
-                    page_size,
-                    m.prefix_key,
-                )
+            view = registry.view(m, every, registry.aligned())
             request = Request(rid, key, namespace, extras, group, expected_output)
-            choice = choose(request, view)
-            # A WorkerId of the view, bare or in a Choice, found by its index: no
-            # hashing, no call. Anything else goes through the full check.
-            kind = type(choice)
-            detail: tuple[tuple[str, float], ...]
-            if kind is WorkerId:
-                found = position.get(choice.index)
-                if found is not None and up[found] is choice:
-                    worker, label, detail = choice, _CHOSEN, ()
-                else:
-                    worker, label, detail = self._unpack(choice, up, True)
-            elif kind is Choice and type(choice[0]) is WorkerId and type(choice[2]) is tuple:
-                worker = choice[0]
-                found = position.get(worker.index)
-                if found is not None and up[found] is worker:
-                    label, detail = choice[1], choice[2]
-                else:
-                    worker, label, detail = self._unpack(choice, up, True)
-            else:
-                worker, label, detail = self._unpack(choice, up, True)
+            worker, label, detail = registry.checked(self._choose(request, view))
             i = worker.index
             matched = every[i]
-            if exact:
+            if self._exact:
                 hold: int | None = m.hold(worker)
             else:
                 hold = None
                 m.insert(worker)
-            decision = Decision(rid, worker, matched, label, detail, view, request, hold, clock())
-            # _count, inline. The counters of metrics() take the request when it ends
-            # (finish, expire, removal); until then metrics() reads it from flights.
-            requests[i] += 1
-            prefill[i] += len(key) - matched
+            decision = Decision(
+                rid, worker, matched, label, detail, view, request, hold, self._clock()
+            )
+            # The counters of metrics() take the request when it ends (finish, expire,
+            # removal); until then metrics() reads it from flights.
+            registry.requests[i] += 1
+            registry.prefill[i] += len(key) - matched
             flights[rid] = decision
-            if on_dispatch is not None:
-                on_dispatch(request, worker, matched)
+            if self._on_dispatch is not None:
+                self._on_dispatch(request, worker, matched)
             return decision
 
     def _new_id(self, taken: set[str] | None = None) -> str:
@@ -725,47 +421,12 @@ class Router:
             rid = next(self._ids)
         return rid
 
-    def _no_worker(self) -> str:
-        if not self._workers or all(s is None for s in self._workers):
-            return "no worker is registered"
-        return "every worker is down"
-
-    def _unpack(
-        self, choice: object, workers: tuple[WorkerId, ...], every_up: bool
-    ) -> tuple[WorkerId, str, tuple[tuple[str, float], ...]]:
-        """The worker, label and detail of what a policy returned, checked against its
-        view's ``workers`` (``every_up``: all the up workers, in order)."""
-        detail: tuple[tuple[str, float], ...] = ()
-        label: str
-        if isinstance(choice, Choice):
-            worker, label, detail = choice.worker, choice.reason, tuple(choice.detail)
-        else:
-            worker, label = choice, _CHOSEN  # type: ignore[assignment]
-        if isinstance(worker, WorkerId):
-            if every_up:  # the common case: found by index, no hashing
-                position = self._position.get(worker.index)
-                if position is not None:
-                    live = workers[position]
-                    if live is worker or live == worker:
-                        return live, label, detail
-            elif worker in workers:  # the view of a batch spill: some of the up workers
-                return worker, label, detail
-        msg = f"the policy chose {choice!r}, which is not one of its view's workers"
-        raise PolicyError(msg)
-
     def _count(self, decision: Decision) -> None:
         """Count a dispatched request in flight (what dispatch does inline)."""
         i = decision.worker.index
-        self._requests[i] += 1
-        self._prefill[i] += decision._uncached
+        self._registry.requests[i] += 1
+        self._registry.prefill[i] += decision._uncached
         self._flights[decision.request_id] = decision
-
-    def _tally(self, decision: Decision, state: _Worker) -> None:
-        """Add a request that ended to the counters (``metrics`` adds those in flight)."""
-        state.dispatches += 1
-        state.hit_tokens += decision.matched
-        state.prompt_tokens += len(decision._request.tokens)
-        self._decisions[decision.label] = self._decisions.get(decision.label, 0) + 1
 
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
@@ -798,11 +459,11 @@ class Router:
         changes nothing.
         """
         uint32 = _UINT32
-        items: list[tuple[Tokens, str | None, Hashable, object, Hashable, int | None]] = [
+        items: list[batch.BatchItem] = [
             # A bare uint32 prompt, the common case, without a call.
             (item, None, None, None, None, None)
             if type(item) is np.ndarray and item.dtype is uint32 and item.ndim == 1
-            else self._batch_item(k, item)
+            else batch.batch_item(k, item, as_tokens)
             for k, item in enumerate(requests)
         ]
         with self._lock:
@@ -817,9 +478,9 @@ class Router:
                 ids.add(given)
             if not items:
                 return []
-            up = self._up
-            if not up:
-                raise NoWorkerError(self._no_worker())
+            registry = self._registry
+            if not registry.up:
+                raise NoWorkerError(registry.no_worker())
             tree = self.tree
             # Cursor matches: the first mark after them is along their walk, the later ones
             # (the tree has changed) walk again, still without the binding's lock.
@@ -841,7 +502,6 @@ class Router:
                     plain = False
                 requests_.append(Request(rid, key, ns, extras, group, expected))
             every = [m.length_list for m in matches]
-            host_pages = self.tree.has_host_pages
             keys = [item[0] for item in items]
             if plain:
                 groups = prefix_groups(keys, None, None, self.page_size, self.group_ratio)
@@ -857,16 +517,20 @@ class Router:
             # requests sent there (their pages are marked with this batch): the hit the
             # decision estimates, and the prefill load it leaves out.
             if self._choose_batch is not None:
-                choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                matched_of = _batch_matched(requests_, every, choices, groups, self.page_size)
+                choices = batch.by_policy(
+                    registry, self._choose_batch, requests_, matches, every, groups
+                )
+                matched_of = batch.batch_matched(
+                    requests_, every, choices, groups, self.page_size
+                )
                 for request, matched, (worker, *_) in zip(
                     requests_, matched_of, choices, strict=True
                 ):
-                    self._requests[worker.index] += 1
-                    self._prefill[worker.index] += len(request.tokens) - matched
+                    registry.requests[worker.index] += 1
+                    registry.prefill[worker.index] += len(request.tokens) - matched
             else:  # these count the loads as they decide (later decisions see them)
-                choices, matched_of = self._batch_by_groups(
-                    requests_, matches, every, host_pages, groups
+                choices, matched_of = batch.by_groups(
+                    registry, self._choose, self.group_slack, requests_, matches, every, groups
                 )
             # Nothing below raises: the decisions are applied whole.
             decisions = []
@@ -888,219 +552,6 @@ class Router:
                     hook(request, worker, matched)
                 decisions.append(decision)
             return decisions
-
-    def _batch_item(
-        self, k: int, item: object
-    ) -> tuple[Tokens, str | None, Hashable, object, Hashable, int | None]:
-        """One batch item, checked: (tokens, id, namespace, extras, group, expected output)."""
-        if type(item) is np.ndarray:  # the common case, before the slower Mapping check
-            return as_tokens(item), None, None, None, None, None
-        if isinstance(item, Mapping):
-            unknown = set(item) - {
-                "tokens",
-                "request_id",
-                "namespace",
-                "extras",
-                "group",
-                "expected_output",
-            }
-            if "tokens" not in item or unknown:
-                msg = (
-                    f"batch item {k}: a mapping needs 'tokens' and only dispatch's keyword "
-                    f"arguments, got {sorted(map(str, item))}"
-                )
-                raise InvalidInputError(msg)
-            rid = item.get("request_id")
-            if rid is not None and type(rid) is not str:
-                msg = f"batch item {k}: request_id must be a str, got {type(rid).__name__}"
-                raise InputTypeError(msg)
-            expected = item.get("expected_output")
-            if expected is not None:
-                expected = _check_count("expected_output", expected)
-            namespace = item.get("namespace")
-            _keys.check_namespace(namespace)
-            return (
-                as_tokens(item["tokens"]),
-                rid,
-                namespace,
-                item.get("extras"),
-                item.get("group"),
-                expected,
-            )
-        return as_tokens(item), None, None, None, None, None
-
-    def _view_of(
-        self,
-        request: Request,
-        m: Any,
-        every: list[int],
-        host_pages: bool,
-        positions: list[int] | None = None,
-    ) -> View:
-        """Request's view with the current loads; ``positions``: only those up workers."""
-        if positions is None and self._dense and not host_pages:
-            # Every index up: whole lists, as dispatch builds them (``every`` is the
-            # request's own list already).
-            return View(
-                self._up,
-                every,
-                every,
-                self._requests[:],
-                self._prefill[:],
-                self._decode[:],
-                self._capacities,
-                self._reported,
-                self.page_size,
-                m.prefix_key,
-            )
-        pick = self._up_index if positions is None else [self._up_index[p] for p in positions]
-        workers = self._up if positions is None else tuple(self._up[p] for p in positions)
-        lengths = [every[i] for i in pick]
-        host = [int(v) for v in m.host_lengths[pick]] if host_pages else lengths
-        caps = self._capacities if positions is None else [self._capacities[p] for p in positions]
-        reps = self._reported if positions is None else [self._reported[p] for p in positions]
-        return View(
-            workers,
-            lengths,
-            host,
-            [self._requests[i] for i in pick],
-            [self._prefill[i] for i in pick],
-            [self._decode[i] for i in pick],
-            caps,
-            reps,
-            self.page_size,
-            m.prefix_key,
-        )
-
-    def _batch_by_policy(
-        self,
-        requests: list[Request],
-        matches: list[Any],
-        every: list[list[int]],
-        host_pages: bool,
-        groups: Sequence[tuple[list[int], int]],
-    ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
-        if self._dense and not host_pages:
-            # Every view of the batch shows the same loads (taken before any of its
-            # decisions): one copy of each list for all of them (views are read-only).
-            up, caps, reps, page = self._up, self._capacities, self._reported, self.page_size
-            loads = (self._requests[:], self._prefill[:], self._decode[:])
-            views = [
-                View(up, lengths, lengths, *loads, caps, reps, page, m.prefix_key)
-                for m, lengths in zip(matches, every, strict=True)
-            ]
-        else:
-            views = [
-                self._view_of(r, m, lengths, host_pages)
-                for r, m, lengths in zip(requests, matches, every, strict=True)
-            ]
-        assert self._choose_batch is not None
-        choices = self._choose_batch(requests, views, groups)
-        if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
-            msg = (
-                f"choose_batch must return one choice per request ({len(requests)}), "
-                f"got {choices!r}"
-            )
-            raise PolicyError(msg)
-        up, position, out = self._up, self._position, []
-        for c, v in zip(choices, views, strict=True):
-            # A Choice of an up worker, found by its index (dispatch's fast path).
-            if type(c) is Choice and type(c[0]) is WorkerId and type(c[2]) is tuple:
-                found = position.get(c[0].index)
-                if found is not None and up[found] is c[0]:
-                    out.append((c[0], c[1], c[2], v))
-                    continue
-            out.append((*self._unpack(c, up, True), v))
-        return out
-
-    def _batch_by_groups(
-        self,
-        requests: list[Request],
-        matches: list[Any],
-        every: list[list[int]],
-        host_pages: bool,
-        groups: Sequence[PrefixGroup],
-    ) -> tuple[list[Any], list[int]]:
-        """Decide a batch group by group with the policy's ``choose``, counting the loads
-        as it goes; also ``_batch_matched``'s answer, found on the way."""
-        count = len(requests)
-        out: list[Any] = [None] * count
-        matched = [0] * count
-        where = [-1] * count  # each decided request's worker index
-        again: set[int] = set()
-        loads, prefill, up_index = self._requests, self._prefill, self._up_index
-        slack, dense = self.group_slack, self._dense  # dense: every index is up, in order
-        # The batch's decisions count in the loads of the decisions after them
-        # (and stay counted); if a policy raises they are taken back out.
-        counted: list[tuple[int, int, int]] = []
-        done = False
-        try:
-            for group in groups:
-                members, partners, common = group[0], group.partners, group.common
-                at = 0
-                positions: list[int] | None = None
-                while at < len(members):
-                    first = members[at]
-                    view = self._view_of(
-                        requests[first], matches[first], every[first], host_pages, positions
-                    )
-                    worker, label, detail = self._unpack(
-                        self._policy.choose(requests[first], view), view.workers, positions is None
-                    )
-                    i = worker.index
-                    # The first member always goes; the next ones while the worker's load,
-                    # before each, is at most the least loaded worker's plus the slack. Only
-                    # this worker's load moves, so that is a count: up to the other workers'
-                    # floor plus the slack.
-                    start = loads[i]
-                    if len(up_index) < 2:
-                        room = len(members)
-                    else:
-                        low, low_at, _, _, _ = extremes(
-                            loads if dense else [loads[j] for j in up_index]
-                        )
-                        if up_index[low_at] == i:  # then the others' floor is another load
-                            low = min([loads[j] for j in up_index if j != i])
-                        room = max(1, int(low) + slack - start + 1)
-                    end = min(len(members), at + room)
-                    choice = (worker, label, detail, view)
-                    uncached = 0
-                    for j in range(at, end):
-                        k = members[j]
-                        out[k] = choice
-                        where[k] = i
-                        # What the batch's earlier requests leave on this worker (see
-                        # _batch_matched; a partner is decided before its request).
-                        held = every[k][i]
-                        p = partners[j]
-                        if p >= 0:
-                            if where[p] != i:
-                                again.add(k)  # see _batch_matched
-                            elif common[j] > held:
-                                held = common[j]
-                        matched[k] = held
-                        uncached += len(requests[k].tokens) - held
-                    loads[i] = start + end - at
-                    prefill[i] += uncached
-                    counted.append((i, end - at, uncached))
-                    at = end
-                    if at < len(members):  # spill: only the workers load still allows
-                        floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
-                        floor += slack  # loads are ints, so is this
-                        positions = [p for p, j in enumerate(up_index) if loads[j] <= floor]
-            done = True
-        finally:
-            if not done:
-                for i, taken, uncached in counted:
-                    loads[i] -= taken
-                    prefill[i] -= uncached
-        if again:
-            partner, shares = _links(groups, count)
-            for k, raised in _settle_again(
-                again, where, partner, shares, requests, self.page_size, matched
-            ):
-                prefill[where[k]] -= raised  # counted above as uncached
-        return out, matched
 
     # -- request life --------------------------------------------------------------------
     def prefill_done(self, request_id: str) -> None:
@@ -1124,8 +575,8 @@ class Router:
                 expected = total // done if done else 0
             i = flight.worker.index
             flight._decode = len(flight._request.tokens) + expected
-            self._prefill[i] -= flight._uncached
-            self._decode[i] += flight._decode
+            self._registry.prefill[i] -= flight._uncached
+            self._registry.decode[i] += flight._decode
 
     def finish(self, request_id: str, output_tokens: int = 0) -> None:
         """The request is done: release its load and its optimistic marks.
@@ -1149,11 +600,11 @@ class Router:
             flight = self._flight(request_id)
             del self._flights[request_id]
             self._release(flight)
-            state = self._workers[flight.worker.index]
-            assert state is not None
-            state.finished += 1
+            record = self._registry.records[flight.worker.index]
+            assert record is not None
+            record.finished += 1
             if output:
-                state.output_tokens += output
+                record.output_tokens += output
                 self._outputs[0] += 1
                 self._outputs[1] += output
 
@@ -1179,9 +630,9 @@ class Router:
             for rid in gone:
                 flight = self._flights.pop(rid)
                 self._release(flight)
-                state = self._workers[flight.worker.index]
-                assert state is not None
-                state.expired += 1
+                record = self._registry.records[flight.worker.index]
+                assert record is not None
+                record.expired += 1
             return gone
 
     def _flight(self, request_id: object) -> Decision:
@@ -1196,16 +647,20 @@ class Router:
 
     def _release(self, flight: Decision, *, hold: bool = True) -> None:
         """Take a request's load (and, unless told not to, its hold) back out."""
+        registry = self._registry
         i = flight.worker.index
-        state = self._workers[i]
-        assert state is not None
-        self._tally(flight, state)
-        self._requests[i] -= 1
+        record = registry.records[i]
+        assert record is not None
+        record.dispatches += 1
+        record.hit_tokens += flight.matched
+        record.prompt_tokens += len(flight._request.tokens)
+        self._decisions[flight.label] = self._decisions.get(flight.label, 0) + 1
+        registry.requests[i] -= 1
         decode = getattr(flight, "_decode", -1)
         if decode >= 0:
-            self._decode[i] -= decode
+            registry.decode[i] -= decode
         else:
-            self._prefill[i] -= flight._uncached
+            registry.prefill[i] -= flight._uncached
         if hold and flight._hold is not None:
             self.tree.release(flight._hold)
         if self._on_finish is not None:
@@ -1232,8 +687,7 @@ class Router:
         self, *, max_records: int | None = None, max_seconds: float | None = None
     ) -> ReplayStats:
         """One turn of an idle loop: receive what the subscriptions have, then replay."""
-        for subscription in list(self._subscriptions):
-            subscription.poll(0.0)
+        self._feed.poll()
         return self.replay(max_records, max_seconds)
 
     def subscribe(
@@ -1275,26 +729,14 @@ class Router:
                 replayer=self.replayer,
                 **subscriber_options,
             )
-            self._subscriptions.append(subscription)
-            for key in subscription.sources:
-                self._sources.by_worker[key] = subscription
+            self._feed.attach(subscription)
             return subscription
 
     def start(self, interval: float = 0.01, **budget: Any) -> None:
         """Run ``idle`` in a background thread every ``interval`` seconds until ``close``."""
         with self._lock:
             self._check_open()
-            if self._background is not None:
-                msg = "the router's background thread is already running"
-                raise RuntimeError(msg)
-            self._stop.clear()
-
-            def loop() -> None:
-                while not self._stop.wait(interval):
-                    self.idle(**budget)
-
-            self._background = threading.Thread(target=loop, name="radixmeta-router", daemon=True)
-            self._background.start()
+            self._feed.start(interval, lambda: self.idle(**budget))
 
     def _check_exact(self, what: str) -> None:
         if not self._exact:
@@ -1325,46 +767,11 @@ class Router:
             records, and per worker ``lag``); ``tree`` (``nodes``, ``holds``).
         """
         with self._lock:
-            # Requests in flight are counted here, the ended ones as they ended.
-            decisions = dict(self._decisions)
-            flying: dict[int, list[int]] = {}
-            for d in self._flights.values():
-                counts = flying.setdefault(d.worker.index, [0, 0, 0])
-                counts[0] += 1
-                counts[1] += d.matched
-                counts[2] += len(d._request.tokens)
-                decisions[d.label] = decisions.get(d.label, 0) + 1
-            workers = []
-            for state in self._workers:
-                if state is None:
-                    continue
-                w, i = state.worker, state.worker.index
-                reported = state.reported or EngineLoad()
-                dispatched, hits, prompts = flying.get(i, (0, 0, 0))
-                workers.append(
-                    {
-                        "worker": w.name,
-                        "dp_rank": w.dp_rank,
-                        "up": state.up,
-                        "dispatches": state.dispatches + dispatched,
-                        "hit_tokens": state.hit_tokens + hits,
-                        "prompt_tokens": state.prompt_tokens + prompts,
-                        "finished": state.finished,
-                        "expired": state.expired,
-                        "output_tokens": state.output_tokens,
-                        "requests": self._requests[i],
-                        "prefill_tokens": self._prefill[i],
-                        "decode_tokens": self._decode[i],
-                        "held_tokens": self.tree.held_tokens(w),
-                        "hold_tokens": self.tree.hold_tokens(w) if self._exact else 0,
-                        "capacity": state.capacity,
-                        "queue_length": reported.queue_length,
-                        "kv_usage": reported.kv_usage,
-                        "running": reported.running,
-                    }
-                )
+            decisions, workers = worker_metrics(
+                self._registry, self._flights, self._decisions, self.tree, self._exact
+            )
             in_flight = len(self._flights)
-        lag = [asdict(entry) for entry in self.replayer.lag()]
+        replay = replay_metrics(self.replayer)
         return {
             "mode": self.mode,
             "policy": type(self._policy).__name__,
@@ -1372,11 +779,7 @@ class Router:
             "in_flight": in_flight,
             "decisions": decisions,
             "workers": workers,
-            "replay": {
-                "stats": asdict(self.replayer.stats),
-                "pending": self.replayer.pending,
-                "lag": lag,
-            },
+            "replay": replay,
             "tree": {"nodes": self.tree.node_count, "holds": self.tree.hold_count},
         }
 
@@ -1394,10 +797,9 @@ class Router:
         """
         with self._lock:
             self._closed = True
-            thread, self._background = self._background, None
-            subscriptions, self._subscriptions = self._subscriptions, []
+            thread = self._feed.take_thread()
+            subscriptions = self._feed.take_subscriptions()
         if thread is not None:
-            self._stop.set()
             thread.join(timeout)
         self.replayer.stop(timeout)
         for subscription in subscriptions:
@@ -1417,123 +819,5 @@ class Router:
     def __repr__(self) -> str:
         return (
             f"Router(mode={self.mode!r}, page_size={self.page_size}, workers={len(self.workers)}, "
-            f"up={len(self._up)}, in_flight={len(self._flights)})"
+            f"up={len(self.up)}, in_flight={len(self._flights)})"
         )
-
-
-def _batch_matched(
-    requests: list[Request],
-    every: list[list[int]],
-    choices: Sequence[Any],
-    groups: Sequence[PrefixGroup],
-    page: int,
-) -> list[int]:
-    """Per request of a batch: the tokens its worker holds of it, counting the pages
-    of the batch's earlier requests sent to the same worker (in one namespace, with
-    no extra tags: those pages are not their tokens alone).
-
-    The batch's groups name each request's best earlier partner and what they
-    share: when that partner went to the same worker (or there is none) that is
-    the answer. A request whose partner went to another worker may still share
-    less with an earlier request on its own: ``_settle_again`` finds that.
-    """
-    worker_of = [choice[0].index for choice in choices]
-    matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
-    again: set[int] = set()
-    for group in groups:
-        # A request with extra tags is a group of its own, with no partner.
-        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
-            if p < 0:
-                continue
-            if worker_of[p] != worker_of[k]:
-                again.add(k)
-            elif c > matched[k]:
-                matched[k] = c
-    if again:
-        partner, shares = _links(groups, len(worker_of))
-        _settle_again(again, worker_of, partner, shares, requests, page, matched)
-    return matched
-
-
-def _links(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int]]:
-    """Per request of a batch: its partner and its share with it, from the groups."""
-    partner, shares = [-1] * count, [0] * count
-    for group in groups:
-        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
-            partner[k], shares[k] = p, c
-    return partner, shares
-
-
-def _settle_again(
-    again: set[int],
-    worker_of: list[int],
-    partner: list[int],
-    common: list[int],
-    requests: list[Request],
-    page: int,
-    matched: list[int],
-) -> list[tuple[int, int]]:
-    """Raise the ``matched`` of the requests of ``again`` (whose partner went to another
-    worker) by what they share with the batch's earlier requests on their worker.
-    Returns ``(request, tokens added)`` for those raised.
-
-    ``partner`` and ``common`` are per request its partner and share. Requests share a
-    page only within a chain of partners (a partner shares one at least), so one that
-    went where nothing of its chain went before it shares nothing there. Whole-page
-    common prefixes are an ultrametric (``lcp(a, c) >= min(lcp(a, b), lcp(b, c))``):
-    two requests with the same partner ``p`` share exactly the smaller of their shares
-    with ``p``, since neither shares more with the other than with ``p``. So when every
-    earlier request of its chain on its worker has its partner, it shares ``min(its
-    share, the largest of theirs)``; otherwise its tokens are compared with theirs, up
-    to its share with its partner (no earlier request shares more).
-    """
-    count = len(worker_of)
-    chain = list(range(count))  # each request's chain: the index of its first request
-    for k in range(count):
-        if partner[k] >= 0:
-            chain[k] = chain[partner[k]]  # a partner comes first: resolved already
-    hot = {chain[k] for k in again}  # the chains that have such a request
-    # Per (worker, chain) so far: the partner all its requests share (-2: not one) with
-    # the largest of their shares with it, and the requests themselves.
-    star: dict[tuple[int, int], tuple[int, int]] = {}
-    earlier: dict[tuple[int, int], list[int]] = {}
-    raised: list[tuple[int, int]] = []
-    for k, w in enumerate(worker_of):
-        if chain[k] not in hot:
-            continue
-        key = (w, chain[k])
-        mine, share = partner[k], common[k]
-        before = star.get(key)
-        if k in again and before is not None:  # else nothing of its chain came here
-            if before[0] == mine:
-                found = min(share, before[1])
-            else:
-                found = 0
-                tokens = requests[k].tokens
-                for j in earlier[key]:
-                    found = max(found, _shared_pages(tokens, requests[j].tokens, share, page))
-                    if found == share:
-                        break
-            if found > matched[k]:
-                raised.append((k, found - matched[k]))
-                matched[k] = found
-        if before is None:
-            star[key] = (mine, share)
-            earlier[key] = [k]
-        else:
-            earlier[key].append(k)
-            if before[0] == mine:
-                if share > before[1]:
-                    star[key] = (mine, share)
-            elif before[0] != -2:
-                star[key] = (-2, 0)
-    again.clear()
-    return raised
-
-
-def _shared_pages(a: Tokens, b: Tokens, limit: int, page: int) -> int:
-    """Tokens in the whole pages that ``a`` and ``b`` begin with alike, up to ``limit``."""
-    n = min(len(a), len(b), limit)
-    differ = np.flatnonzero(a[:n] != b[:n])
-    same = int(differ[0]) if len(differ) else n
-    return same - same % page

@@ -1,0 +1,309 @@
+"""The batch path: deciding a batch of requests together (``Router.dispatch_batch``).
+
+A batch is matched whole, its own shared-prefix groups are found once (one native
+trie over the batch, :func:`radixmeta._batch.prefix_groups`), and then either the
+policy's ``choose_batch`` decides every request from those views and groups, or the
+router decides group by group with the policy's ``choose``: a group's first request
+is chosen for, and its members follow while load allows.
+
+A decision's ``matched`` also counts what the request shares with the batch's
+earlier requests sent to the same worker (their pages are marked with this batch):
+:func:`batch_matched` settles that from the groups' partners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from radixmeta._batch import PrefixGroup
+from radixmeta._keys import check_int, check_namespace
+from radixmeta._workers import WorkerId
+from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
+from radixmeta.policies._params import extremes
+from radixmeta.policies.base import Request, View
+from radixmeta.router.registry import Detail, Registry
+
+__all__ = ["BatchItem", "Planned", "batch_item", "batch_matched", "by_groups", "by_policy"]
+
+Tokens = npt.NDArray[np.uint32]
+#: One batch item, checked: (tokens, id, namespace, extras, group, expected output).
+BatchItem = tuple[Tokens, str | None, Hashable, object, Hashable, int | None]
+#: One planned decision: the worker, the policy's label and detail, and the view it saw.
+Planned = tuple[WorkerId, str, Detail, View]
+
+_KEYWORDS = frozenset(
+    {"tokens", "request_id", "namespace", "extras", "group", "expected_output"}
+)
+
+
+def batch_item(k: int, item: object, as_tokens: Any) -> BatchItem:
+    """Batch item ``k``, checked: a prompt, or a mapping of ``dispatch``'s keyword arguments."""
+    if type(item) is np.ndarray:  # the common case, before the slower Mapping check
+        return as_tokens(item), None, None, None, None, None
+    if isinstance(item, Mapping):
+        unknown = set(item) - _KEYWORDS
+        if "tokens" not in item or unknown:
+            msg = (
+                f"batch item {k}: a mapping needs 'tokens' and only dispatch's keyword "
+                f"arguments, got {sorted(map(str, item))}"
+            )
+            raise InvalidInputError(msg)
+        rid = item.get("request_id")
+        if rid is not None and type(rid) is not str:
+            msg = f"batch item {k}: request_id must be a str, got {type(rid).__name__}"
+            raise InputTypeError(msg)
+        expected = item.get("expected_output")
+        if expected is not None:
+            expected = check_int("expected_output", expected, 0)
+        namespace = item.get("namespace")
+        check_namespace(namespace)
+        return (
+            as_tokens(item["tokens"]),
+            rid,
+            namespace,
+            item.get("extras"),
+            item.get("group"),
+            expected,
+        )
+    return as_tokens(item), None, None, None, None, None
+
+
+def by_policy(
+    registry: Registry,
+    choose_batch: Any,
+    requests: list[Request],
+    matches: list[Any],
+    every: list[list[int]],
+    groups: Sequence[PrefixGroup],
+) -> list[Planned]:
+    """Every request decided by the policy's ``choose_batch``, from views that all show
+    the loads before any decision of the batch."""
+    shared = registry.aligned()  # one copy for every view (views are read-only)
+    views = [registry.view(m, lengths, shared) for m, lengths in zip(matches, every, strict=True)]
+    choices = choose_batch(requests, views, groups)
+    if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
+        msg = (
+            f"choose_batch must return one choice per request ({len(requests)}), "
+            f"got {choices!r}"
+        )
+        raise PolicyError(msg)
+    checked = registry.checked
+    return [(*checked(c), v) for c, v in zip(choices, views, strict=True)]
+
+
+def by_groups(
+    registry: Registry,
+    choose: Any,
+    slack: int,
+    requests: list[Request],
+    matches: list[Any],
+    every: list[list[int]],
+    groups: Sequence[PrefixGroup],
+) -> tuple[list[Planned], list[int]]:
+    """Decide a batch group by group with the policy's ``choose``, counting the loads
+    as it goes; also ``batch_matched``'s answer, found on the way.
+
+    The group's first request is chosen for; the next ones follow while the worker's
+    requests in flight stay within ``slack`` of the least loaded up worker's; the rest
+    of the group is decided again among the workers that load still allows.
+    """
+    count = len(requests)
+    out: list[Any] = [None] * count
+    matched = [0] * count
+    where = [-1] * count  # each decided request's worker index
+    again: set[int] = set()
+    loads, prefill, up_index = registry.requests, registry.prefill, registry.up_index
+    dense = registry.dense  # every index is up, in order
+    # The batch's decisions count in the loads of the decisions after them
+    # (and stay counted); if a policy raises they are taken back out.
+    counted: list[tuple[int, int, int]] = []
+    done = False
+    try:
+        for group in groups:
+            members, partners, common = group[0], group.partners, group.common
+            at = 0
+            among: list[int] | None = None
+            subset: tuple[WorkerId, ...] | None = None
+            while at < len(members):
+                first = members[at]
+                view = registry.view(
+                    matches[first], every[first], registry.aligned(among=among), among
+                )
+                worker, label, detail = registry.checked(choose(requests[first], view), subset)
+                i = worker.index
+                # The first member always goes; the next ones while the worker's load,
+                # before each, is at most the least loaded worker's plus the slack. Only
+                # this worker's load moves, so that is a count: up to the other workers'
+                # floor plus the slack.
+                start = loads[i]
+                if len(up_index) < 2:
+                    room = len(members)
+                else:
+                    low, low_at, _, _, _ = extremes(
+                        loads if dense else [loads[j] for j in up_index]
+                    )
+                    if up_index[low_at] == i:  # then the others' floor is another load
+                        low = min([loads[j] for j in up_index if j != i])
+                    room = max(1, int(low) + slack - start + 1)
+                end = min(len(members), at + room)
+                choice = (worker, label, detail, view)
+                uncached = 0
+                for j in range(at, end):
+                    k = members[j]
+                    out[k] = choice
+                    where[k] = i
+                    # What the batch's earlier requests leave on this worker (see
+                    # batch_matched; a partner is decided before its request).
+                    held = every[k][i]
+                    p = partners[j]
+                    if p >= 0:
+                        if where[p] != i:
+                            again.add(k)  # see batch_matched
+                        elif common[j] > held:
+                            held = common[j]
+                    matched[k] = held
+                    uncached += len(requests[k].tokens) - held
+                loads[i] = start + end - at
+                prefill[i] += uncached
+                counted.append((i, end - at, uncached))
+                at = end
+                if at < len(members):  # spill: only the workers load still allows
+                    floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
+                    floor += slack  # loads are ints, so is this
+                    among = [p for p, j in enumerate(up_index) if loads[j] <= floor]
+                    subset = tuple(registry.up[p] for p in among)
+        done = True
+    finally:
+        if not done:
+            for i, taken, uncached in counted:
+                loads[i] -= taken
+                prefill[i] -= uncached
+    if again:
+        partner, shares = _links(groups, count)
+        for k, raised in _settle_again(
+            again, where, partner, shares, requests, registry.page_size, matched
+        ):
+            prefill[where[k]] -= raised  # counted above as uncached
+    return out, matched
+
+
+def batch_matched(
+    requests: list[Request],
+    every: list[list[int]],
+    choices: Sequence[Any],
+    groups: Sequence[PrefixGroup],
+    page: int,
+) -> list[int]:
+    """Per request of a batch: the tokens its worker holds of it, counting the pages
+    of the batch's earlier requests sent to the same worker (in one namespace, with
+    no extra tags: those pages are not their tokens alone).
+
+    The batch's groups name each request's best earlier partner and what they
+    share: when that partner went to the same worker (or there is none) that is
+    the answer. A request whose partner went to another worker may still share
+    less with an earlier request on its own: ``_settle_again`` finds that.
+    """
+    worker_of = [choice[0].index for choice in choices]
+    matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
+    again: set[int] = set()
+    for group in groups:
+        # A request with extra tags is a group of its own, with no partner.
+        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
+            if p < 0:
+                continue
+            if worker_of[p] != worker_of[k]:
+                again.add(k)
+            elif c > matched[k]:
+                matched[k] = c
+    if again:
+        partner, shares = _links(groups, len(worker_of))
+        _settle_again(again, worker_of, partner, shares, requests, page, matched)
+    return matched
+
+
+def _links(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int]]:
+    """Per request of a batch: its partner and its share with it, from the groups."""
+    partner, shares = [-1] * count, [0] * count
+    for group in groups:
+        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
+            partner[k], shares[k] = p, c
+    return partner, shares
+
+
+def _settle_again(
+    again: set[int],
+    worker_of: list[int],
+    partner: list[int],
+    common: list[int],
+    requests: list[Request],
+    page: int,
+    matched: list[int],
+) -> list[tuple[int, int]]:
+    """Raise the ``matched`` of the requests of ``again`` (whose partner went to another
+    worker) by what they share with the batch's earlier requests on their worker.
+    Returns ``(request, tokens added)`` for those raised.
+
+    ``partner`` and ``common`` are per request its partner and share. Requests share a
+    page only within a chain of partners (a partner shares one at least), so one that
+    went where nothing of its chain went before it shares nothing there. Whole-page
+    common prefixes are an ultrametric (``lcp(a, c) >= min(lcp(a, b), lcp(b, c))``):
+    two requests with the same partner ``p`` share exactly the smaller of their shares
+    with ``p``, since neither shares more with the other than with ``p``. So when every
+    earlier request of its chain on its worker has its partner, it shares ``min(its
+    share, the largest of theirs)``; otherwise its tokens are compared with theirs, up
+    to its share with its partner (no earlier request shares more).
+    """
+    count = len(worker_of)
+    chain = list(range(count))  # each request's chain: the index of its first request
+    for k in range(count):
+        if partner[k] >= 0:
+            chain[k] = chain[partner[k]]  # a partner comes first: resolved already
+    hot = {chain[k] for k in again}  # the chains that have such a request
+    # Per (worker, chain) so far: the partner all its requests share (-2: not one) with
+    # the largest of their shares with it, and the requests themselves.
+    star: dict[tuple[int, int], tuple[int, int]] = {}
+    earlier: dict[tuple[int, int], list[int]] = {}
+    raised: list[tuple[int, int]] = []
+    for k, w in enumerate(worker_of):
+        if chain[k] not in hot:
+            continue
+        key = (w, chain[k])
+        mine, share = partner[k], common[k]
+        before = star.get(key)
+        if k in again and before is not None:  # else nothing of its chain came here
+            if before[0] == mine:
+                found = min(share, before[1])
+            else:
+                found = 0
+                tokens = requests[k].tokens
+                for j in earlier[key]:
+                    found = max(found, _shared_pages(tokens, requests[j].tokens, share, page))
+                    if found == share:
+                        break
+            if found > matched[k]:
+                raised.append((k, found - matched[k]))
+                matched[k] = found
+        if before is None:
+            star[key] = (mine, share)
+            earlier[key] = [k]
+        else:
+            earlier[key].append(k)
+            if before[0] == mine:
+                if share > before[1]:
+                    star[key] = (mine, share)
+            elif before[0] != -2:
+                star[key] = (-2, 0)
+    again.clear()
+    return raised
+
+
+def _shared_pages(a: Tokens, b: Tokens, limit: int, page: int) -> int:
+    """Tokens in the whole pages that ``a`` and ``b`` begin with alike, up to ``limit``."""
+    n = min(len(a), len(b), limit)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    same = int(differ[0]) if len(differ) else n
+    return same - same % page

@@ -1,0 +1,231 @@
+"""The router's registry: its workers, which of them are up, and the load each carries.
+
+Everything here is indexed by the tree's worker index. The loads live in plain
+lists (requests in flight, uncached prefill tokens, decode tokens) so that a view
+takes a copy of each in one step; what every view shares (the up workers, their
+capacities and reports) is rebuilt only when a worker comes, goes or changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from radixmeta._workers import WorkerId
+from radixmeta.errors import InputTypeError, PolicyError, StaleWorkerError
+from radixmeta.policies.base import Choice, EngineLoad, View
+from radixmeta.router.decision import CHOSEN
+
+if TYPE_CHECKING:
+    from radixmeta.meta import MetaTree
+
+__all__ = ["Loads", "Registry", "WorkerLoad", "WorkerRecord"]
+
+#: Per worker index: requests in flight, uncached prefill tokens, decode tokens.
+Loads = tuple[list[int], list[int], list[int]]
+Detail = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """One worker's load as the router counts it (``Router.load``).
+
+    Attributes
+    ----------
+    requests : int
+        Requests dispatched to it and not finished.
+    prefill_tokens : int
+        Uncached prompt tokens of those not yet past prefill.
+    decode_tokens : int
+        Prompt plus expected output tokens of those in decode.
+    up : bool
+        Whether policies may choose it.
+    capacity : int or None
+        Its KV capacity in tokens, when given.
+    reported : EngineLoad or None
+        What its engine last reported through ``report_load``.
+    """
+
+    requests: int
+    prefill_tokens: int
+    decode_tokens: int
+    up: bool
+    capacity: int | None
+    reported: EngineLoad | None
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    """The router's record of one registered worker (counters only grow)."""
+
+    worker: WorkerId
+    capacity: int | None
+    up: bool = True
+    reported: EngineLoad | None = None
+    dispatches: int = 0
+    hit_tokens: int = 0
+    prompt_tokens: int = 0
+    finished: int = 0
+    expired: int = 0
+    output_tokens: int = 0
+
+
+class Registry:
+    """The registered workers by index, their loads, and what every view shares.
+
+    Parameters
+    ----------
+    tree : MetaTree
+        The router's tree: its page size and whether it holds host pages go into views.
+
+    Attributes
+    ----------
+    records : list of WorkerRecord or None
+        Per worker index, its record (None: a free index).
+    requests, prefill, decode : list of int
+        Per worker index, its loads.
+    up : tuple of WorkerId
+        The workers a policy may choose, by index.
+    """
+
+    def __init__(self, tree: MetaTree) -> None:
+        self.tree = tree
+        self.page_size = tree.page_size
+        self.records: list[WorkerRecord | None] = []
+        self.requests: list[int] = []
+        self.prefill: list[int] = []
+        self.decode: list[int] = []
+        self.refresh()
+
+    # -- registration ----------------------------------------------------------------------
+    def add(self, worker: WorkerId, capacity: int | None) -> None:
+        """Register ``worker`` (a new WorkerId of the tree) with zero loads."""
+        grow = worker.index + 1 - len(self.records)
+        if grow > 0:
+            self.records += [None] * grow
+            self.requests += [0] * grow
+            self.prefill += [0] * grow
+            self.decode += [0] * grow
+        i = worker.index
+        self.records[i] = WorkerRecord(worker, capacity)
+        self.requests[i] = self.prefill[i] = self.decode[i] = 0
+        self.refresh()
+
+    def remove(self, worker: WorkerId) -> None:
+        """Forget ``worker`` (its index may be reused by the tree)."""
+        self.records[worker.index] = None
+        self.refresh()
+
+    def record(self, worker: object) -> WorkerRecord:
+        """The record of a registered worker, or a clear error for any other object."""
+        if isinstance(worker, WorkerId) and 0 <= worker.index < len(self.records):
+            record = self.records[worker.index]
+            if record is not None and (record.worker is worker or record.worker == worker):
+                return record
+        if not isinstance(worker, WorkerId):
+            msg = f"worker must be a WorkerId returned by add_worker, got {type(worker).__name__}"
+            raise InputTypeError(msg)
+        msg = f"{worker!r} is not a worker of this router (removed, or from another router)"
+        raise StaleWorkerError(msg)
+
+    def load(self, worker: WorkerId) -> WorkerLoad:
+        """One worker's load, as policies see it."""
+        record = self.record(worker)
+        i = worker.index
+        return WorkerLoad(
+            self.requests[i],
+            self.prefill[i],
+            self.decode[i],
+            record.up,
+            record.capacity,
+            record.reported,
+        )
+
+    def no_worker(self) -> str:
+        """Why no policy can choose: the message of a ``NoWorkerError``."""
+        if all(record is None for record in self.records):
+            return "no worker is registered"
+        return "every worker is down"
+
+    def refresh(self) -> None:
+        """Rebuild what every view shares: the up workers and their capacities and reports."""
+        up = [r for r in self.records if r is not None and r.up]
+        self.up: tuple[WorkerId, ...] = tuple(r.worker for r in up)
+        self.up_index = [r.worker.index for r in up]
+        # Every index up (no down worker, no free slot): a view copies whole lists.
+        self.dense = self.up_index == list(range(len(self.records)))
+        self.capacities: list[int | None] = [r.capacity for r in up]
+        self.reported: list[EngineLoad | None] = [r.reported for r in up]
+        self.position = {r.worker.index: k for k, r in enumerate(up)}
+
+    # -- views -----------------------------------------------------------------------------
+    def aligned(self, loads: Loads | None = None, among: list[int] | None = None) -> Loads:
+        """Copies of ``loads`` (the registry's own by default) aligned to the up workers,
+        or to those at positions ``among`` of them."""
+        requests, prefill, decode = (
+            (self.requests, self.prefill, self.decode) if loads is None else loads
+        )
+        if among is None and self.dense:
+            return requests[:], prefill[:], decode[:]
+        pick = self.up_index if among is None else [self.up_index[p] for p in among]
+        return [requests[i] for i in pick], [prefill[i] for i in pick], [decode[i] for i in pick]
+
+    def view(
+        self, match: Any, every: list[int], loads: Loads, among: list[int] | None = None
+    ) -> View:
+        """A request's view: its match (``every``: its lengths by worker index) against
+        the up workers (or those at positions ``among`` of them), with ``loads`` aligned
+        to the same workers (see ``aligned``)."""
+        if among is None:
+            workers, pick = self.up, self.up_index
+            capacities, reported = self.capacities, self.reported
+            lengths = every if self.dense else [every[i] for i in pick]
+        else:
+            pick = [self.up_index[p] for p in among]
+            workers = tuple(self.up[p] for p in among)
+            capacities = [self.capacities[p] for p in among]
+            reported = [self.reported[p] for p in among]
+            lengths = [every[i] for i in pick]
+        host = lengths
+        if self.tree.has_host_pages:
+            host_all = match.host_lengths.tolist()
+            host = [host_all[i] for i in pick]
+        return View(
+            workers,
+            lengths,
+            host,
+            loads[0],
+            loads[1],
+            loads[2],
+            capacities,
+            reported,
+            self.page_size,
+            match.prefix_key,
+        )
+
+    def checked(
+        self, choice: object, among: tuple[WorkerId, ...] | None = None
+    ) -> tuple[WorkerId, str, Detail]:
+        """What a policy returned, as ``(worker, label, detail)``, checked: a worker of its
+        view (the up workers, or the workers ``among``), bare or in a :class:`Choice`.
+        Raises PolicyError for anything else."""
+        detail: Detail
+        if type(choice) is WorkerId:
+            worker, label, detail = choice, CHOSEN, ()
+        elif isinstance(choice, Choice):
+            worker, label, detail = choice
+            if type(detail) is not tuple:
+                detail = tuple(detail)
+        else:
+            worker, label, detail = choice, CHOSEN, ()  # type: ignore[assignment]
+        if type(worker) is WorkerId:
+            if among is None:  # the common case: found by index, no hashing
+                position = self.position.get(worker.index)
+                if position is not None:
+                    live = self.up[position]
+                    if live is worker or live == worker:
+                        return live, label, detail
+            elif worker in among:
+                return worker, label, detail
+        msg = f"the policy chose {choice!r}, which is not one of its view's workers"
+        raise PolicyError(msg)
