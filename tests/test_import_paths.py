@@ -76,3 +76,16 @@ def test_the_top_level_names_are_the_packages_objects() -> None:
     from radixmeta.events import EventLog
 
     assert radixmeta.EventLog is EventLog
+
+
+def test_the_router_package_exports_what_router_py_did() -> None:
+    import radixmeta
+    import radixmeta.router
+    from radixmeta.router.decision import Decision
+    from radixmeta.router.registry import WorkerLoad
+    from radixmeta.router.router import Router
+
+    assert sorted(radixmeta.router.__all__) == ["Decision", "Router", "WorkerLoad"]
+    assert radixmeta.router.Router is Router is radixmeta.Router
+    assert radixmeta.router.Decision is Decision is radixmeta.Decision
+    assert radixmeta.router.WorkerLoad is WorkerLoad is radixmeta.WorkerLoad
