@@ -1,7 +1,7 @@
 """The Router: dispatch, loads, the optimistic overlay, modes, errors, metrics, threads.
 
-Policies are the small ones of ``tests/_policies.py``; the built-in ones are another
-branch's, and the few tests that need them skip until they are there.
+Policies are the small ones of ``tests/_policies.py``, so every test states exactly what
+it routes by; a few run the built-in ones by name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from _policies import BatchFirst, First, LeastLoaded, Longest, Named, Recorder, Returns
 from prometheus_client.parser import text_string_to_metric_families
 
-from radixmeta import EventLog, RadixCache, Router, WorkerId
+from radixmeta import EventLog, RadixCache, Router, WorkerId, policies
 from radixmeta.errors import (
     DuplicateRequestError,
     DuplicateWorkerError,
@@ -321,21 +321,14 @@ def test_constructor_arguments_are_checked() -> None:
 
 
 def test_policy_names_resolve_through_policies_create() -> None:
-    from radixmeta import policies
-
-    if hasattr(policies, "create"):
-        router = Router(4, policy="least_loaded")
-        router.add_worker("a")
-        assert router.dispatch([1, 2, 3, 4]).worker == router.workers[0]
-    else:
-        with pytest.raises(ImportError, match=r"radixmeta\.policies\.create"):
-            Router(policy="default")
+    router = Router(4, policy="least_loaded")
+    router.add_worker("a")
+    assert router.dispatch([1, 2, 3, 4]).worker == router.workers[0]
+    assert type(router.policy) is type(policies.create("least_loaded"))
+    with pytest.raises(PolicyError, match="nope"):
+        Router(policy="nope")
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("radixmeta.policies", fromlist=["x"]), "create"),
-    reason="the built-in policies (radixmeta.policies.create) are on another branch",
-)
 @pytest.mark.parametrize("name", ["default", "least_loaded", "cache_aware"])
 def test_builtin_policies_route(name: str) -> None:
     router = Router(4, policy=name)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from radixmeta import _keys
 from radixmeta._batch import prefix_groups
+from radixmeta._keys import check_int
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
@@ -33,7 +34,8 @@ from radixmeta.errors import (
 )
 from radixmeta.events.replay import ReplaySource, ReplayStats
 from radixmeta.meta import MetaTree
-from radixmeta.policies.base import BatchPolicy, EngineLoad, Request
+from radixmeta.policies import as_policy
+from radixmeta.policies.base import BatchPolicy, EngineLoad, Policy, Request
 from radixmeta.router import batch
 from radixmeta.router.decision import Decision
 from radixmeta.router.feed import EventFeed
@@ -71,29 +73,6 @@ def as_tokens(tokens: object) -> Tokens:
         _keys.check_key_length(len(tokens))
         return np.ascontiguousarray(tokens, dtype=np.uint32)
     return np.array(_keys.tokens(tokens, "tokens"), dtype=np.uint32)
-
-
-def _resolve_policy(policy: object) -> Any:
-    """A policy object: ``policy`` itself, or the built-in one it names."""
-    if isinstance(policy, str):
-        from radixmeta import policies  # lazily: the router's layer sits above the policies
-
-        create = getattr(policies, "create", None)
-        if create is None:
-            msg = (
-                f"policy {policy!r} names a built-in policy, but radixmeta.policies.create is "
-                "not available in this build; pass a policy object (with choose(request, view))"
-            )
-            raise ImportError(msg)
-        return create(policy)
-    if not callable(getattr(policy, "choose", None)):
-        msg = f"policy must be a name or an object with choose(request, view), got {policy!r}"
-        raise InputTypeError(msg)
-    return policy
-
-
-def _check_count(name: str, value: object) -> int:
-    return _keys.check_int(name, value, 0)
 
 
 class Router:
@@ -136,7 +115,7 @@ class Router:
         self,
         page_size: int = 1,
         *,
-        policy: object = "default",
+        policy: str | Policy = "default",
         mode: str = "exact",
         source: ReplaySource | None = None,
         restart_window: int = 16,
@@ -150,12 +129,12 @@ class Router:
         if not isinstance(group_ratio, (int, float)) or not 0 <= group_ratio <= 1:
             msg = f"group_ratio must be a number in [0, 1], got {group_ratio!r}"
             raise InvalidInputError(msg)
-        self.group_slack = _check_count("group_slack", group_slack)
+        self.group_slack = check_int("group_slack", group_slack, 0)
         self.group_ratio = float(group_ratio)
+        resolved = as_policy(policy)
         self.mode = mode
         self.tree = MetaTree(page_size)
         self.page_size = self.tree.page_size
-        self._policy = _resolve_policy(policy)
         self._exact = mode == "exact"
         self._feed = EventFeed(self.tree, source, restart_window)
         self._registry = Registry(self.tree)
@@ -168,7 +147,7 @@ class Router:
         # Generated ids: a prefix of this router's own, then a counter (a C iterator).
         self._ids = map(f"req-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
         self._outputs = [0, 0]  # finishes that reported output tokens, and their sum
-        self.policy = self._policy  # its hooks
+        self.policy = resolved  # with its hooks
 
     @property
     def replayer(self) -> Replayer:
@@ -181,8 +160,8 @@ class Router:
         return self._policy
 
     @policy.setter
-    def policy(self, policy: object) -> None:
-        resolved = _resolve_policy(policy)
+    def policy(self, policy: str | Policy) -> None:
+        resolved = as_policy(policy)
         with self._lock:
             self._policy = resolved
             self._choose = resolved.choose
@@ -229,7 +208,7 @@ class Router:
                 msg = "approximate mode needs each worker's capacity (tokens it can cache)"
                 raise InvalidInputError(msg)
             if capacity is not None:
-                capacity = _check_count("capacity", capacity)
+                capacity = check_int("capacity", capacity, 0)
             worker = self.tree.add_worker(
                 name, dp_rank, capacity=None if self._exact else capacity
             )
@@ -291,8 +270,8 @@ class Router:
         InvalidInputError
             A negative count, or ``kv_usage`` outside ``[0, 1]``.
         """
-        queue = None if queue_length is None else _check_count("queue_length", queue_length)
-        run = None if running is None else _check_count("running", running)
+        queue = None if queue_length is None else check_int("queue_length", queue_length, 0)
+        run = None if running is None else check_int("running", running, 0)
         if kv_usage is not None:
             if not isinstance(kv_usage, (int, float)) or isinstance(kv_usage, bool):
                 msg = f"kv_usage must be a number, got {type(kv_usage).__name__}"
@@ -370,7 +349,7 @@ class Router:
             msg = f"request_id must be a str, got {type(request_id).__name__}"
             raise InputTypeError(msg)
         if expected_output is not None:
-            expected_output = _check_count("expected_output", expected_output)
+            expected_output = check_int("expected_output", expected_output, 0)
         with self._lock:
             if self._closed:
                 msg = "dispatch on a closed Router"
@@ -420,13 +399,6 @@ class Router:
         while rid in self._flights or (taken is not None and rid in taken):
             rid = next(self._ids)
         return rid
-
-    def _count(self, decision: Decision) -> None:
-        """Count a dispatched request in flight (what dispatch does inline)."""
-        i = decision.worker.index
-        self._registry.requests[i] += 1
-        self._registry.prefill[i] += decision._uncached
-        self._flights[decision.request_id] = decision
 
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
@@ -595,7 +567,7 @@ class Router:
         InvalidInputError
             A negative ``output_tokens``.
         """
-        output = _check_count("output_tokens", output_tokens)
+        output = check_int("output_tokens", output_tokens, 0)
         with self._lock:
             flight = self._flight(request_id)
             del self._flights[request_id]
