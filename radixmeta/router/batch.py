@@ -40,10 +40,10 @@ _KEYWORDS = frozenset(
 )
 
 
-def batch_item(k: int, item: object, as_tokens: Any) -> BatchItem:
+def batch_item(k: int, item: object, convert: Any) -> BatchItem:
     """Batch item ``k``, checked: a prompt, or a mapping of ``dispatch``'s keyword arguments."""
     if type(item) is np.ndarray:  # the common case, before the slower Mapping check
-        return as_tokens(item), None, None, None, None, None
+        return convert(item), None, None, None, None, None
     if isinstance(item, Mapping):
         unknown = set(item) - _KEYWORDS
         if "tokens" not in item or unknown:
@@ -62,14 +62,14 @@ def batch_item(k: int, item: object, as_tokens: Any) -> BatchItem:
         namespace = item.get("namespace")
         check_namespace(namespace)
         return (
-            as_tokens(item["tokens"]),
+            convert(item["tokens"]),
             rid,
             namespace,
             item.get("extras"),
             item.get("group"),
             expected,
         )
-    return as_tokens(item), None, None, None, None, None
+    return convert(item), None, None, None, None, None
 
 
 def by_policy(

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta import _keys
 from radixmeta._batch import prefix_groups
+from radixmeta._impl import backend
 from radixmeta._keys import check_int
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
@@ -49,30 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Router"]
 
-Tokens = npt.NDArray[np.uint32]
-_UINT32 = np.dtype(np.uint32)
 _MODES = ("exact", "approximate")
 
-
-def as_tokens(tokens: object) -> Tokens:
-    """A prompt as a 1-D uint32 array, by the trees' input rules (see ``radixmeta._keys``).
-
-    A C-contiguous uint32 array is taken as it is; other integer arrays are
-    range-checked and converted without a per-element Python loop; anything
-    else goes through the trees' own converter, whose errors name the position.
-    """
-    if type(tokens) is np.ndarray and tokens.dtype is _UINT32 and tokens.ndim == 1:
-        return tokens
-    if isinstance(tokens, np.ndarray) and tokens.ndim == 1 and tokens.dtype.kind in "iu":
-        if tokens.dtype.kind == "i" or tokens.dtype.itemsize > 4:
-            bad = np.flatnonzero((tokens < 0) | (tokens > _keys.TOKEN_LIMIT - 1))
-            if len(bad):
-                i = int(bad[0])
-                msg = f"tokens[{i}] = {int(tokens[i])} is outside the token range [0, 2**32)"
-                raise InvalidInputError(msg)
-        _keys.check_key_length(len(tokens))
-        return np.ascontiguousarray(tokens, dtype=np.uint32)
-    return np.array(_keys.tokens(tokens, "tokens"), dtype=np.uint32)
+#: A prompt as every tree call takes it, converted once in compiled code (the
+#: pure-Python reference has the same function): a uint32 array is taken as it is.
+token_array: Callable[[object], npt.NDArray[np.uint32]] = backend.token_array
 
 
 class Router:
@@ -341,10 +322,7 @@ class Router:
 
         A call that raises changes nothing.
         """
-        if type(tokens) is np.ndarray and tokens.dtype is _UINT32 and tokens.ndim == 1:
-            key = tokens
-        else:
-            key = as_tokens(tokens)
+        key = token_array(tokens)
         if request_id is not None and type(request_id) is not str:
             msg = f"request_id must be a str, got {type(request_id).__name__}"
             raise InputTypeError(msg)
@@ -430,14 +408,7 @@ class Router:
         share one dispatch time, which ``expire`` reads. A batch that raises
         changes nothing.
         """
-        uint32 = _UINT32
-        items: list[batch.BatchItem] = [
-            # A bare uint32 prompt, the common case, without a call.
-            (item, None, None, None, None, None)
-            if type(item) is np.ndarray and item.dtype is uint32 and item.ndim == 1
-            else batch.batch_item(k, item, as_tokens)
-            for k, item in enumerate(requests)
-        ]
+        items = [batch.batch_item(k, item, token_array) for k, item in enumerate(requests)]
         with self._lock:
             if self._closed:
                 msg = "dispatch_batch on a closed Router"
