@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from radixmeta._keys import check_int
 from radixmeta._records import Cleared, Record, Removed, Stored, _Record
 from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
 
@@ -155,7 +156,7 @@ class Replayer:
     ) -> None:
         self.tree = meta_tree
         self.source = source
-        self.restart_window = restart_window
+        self.restart_window = check_int("restart_window", restart_window, 0)
         self.stats = ReplayStats()
         self._pending: deque[tuple[Record, float]] = deque()
         self._cursors: dict[_Key, _Cursor] = {}

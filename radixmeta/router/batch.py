@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta._batch import PrefixGroup
+from radixmeta._batch import PrefixGroup, prefix_groups
 from radixmeta._keys import check_int, check_namespace
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
@@ -27,7 +27,15 @@ from radixmeta.policies._params import extremes
 from radixmeta.policies.base import Request, View
 from radixmeta.router.registry import Detail, Registry
 
-__all__ = ["BatchItem", "Planned", "batch_item", "batch_matched", "by_groups", "by_policy"]
+__all__ = [
+    "BatchItem",
+    "Planned",
+    "batch_item",
+    "batch_matched",
+    "by_groups",
+    "by_policy",
+    "groups_of",
+]
 
 Tokens = npt.NDArray[np.uint32]
 #: One batch item, checked: (tokens, id, namespace, extras, group, expected output).
@@ -72,16 +80,26 @@ def batch_item(k: int, item: object, convert: Any) -> BatchItem:
     return convert(item), None, None, None, None, None
 
 
+def groups_of(items: Sequence[BatchItem], page_size: int, ratio: float) -> list[PrefixGroup]:
+    """The batch's shared-prefix groups (one native trie over the batch's prompts)."""
+    keys = [item[0] for item in items]
+    if all(item[2] is None and item[3] is None for item in items):  # no namespace, no tags
+        return prefix_groups(keys, None, None, page_size, ratio)
+    namespaces = [item[2] for item in items]
+    tagged = [item[3] is not None for item in items]
+    return prefix_groups(keys, namespaces, tagged, page_size, ratio)
+
+
 def by_policy(
     registry: Registry,
     choose_batch: Any,
     requests: list[Request],
     matches: list[Any],
-    every: list[list[int]],
     groups: Sequence[PrefixGroup],
-) -> list[Planned]:
+) -> tuple[list[Planned], list[int]]:
     """Every request decided by the policy's ``choose_batch``, from views that all show
-    the loads before any decision of the batch."""
+    the loads before any decision of the batch; and what each finds on its worker."""
+    every = [m.length_list for m in matches]
     shared = registry.aligned()  # one copy for every view (views are read-only)
     views = [registry.view(m, lengths, shared) for m, lengths in zip(matches, every, strict=True)]
     choices = choose_batch(requests, views, groups)
@@ -92,7 +110,8 @@ def by_policy(
         )
         raise PolicyError(msg)
     checked = registry.checked
-    return [(*checked(c), v) for c, v in zip(choices, views, strict=True)]
+    planned = [(*checked(c), v) for c, v in zip(choices, views, strict=True)]
+    return planned, batch_matched(requests, every, planned, groups, registry.page_size)
 
 
 def by_groups(
@@ -101,94 +120,83 @@ def by_groups(
     slack: int,
     requests: list[Request],
     matches: list[Any],
-    every: list[list[int]],
     groups: Sequence[PrefixGroup],
 ) -> tuple[list[Planned], list[int]]:
-    """Decide a batch group by group with the policy's ``choose``, counting the loads
-    as it goes; also ``batch_matched``'s answer, found on the way.
+    """Decide a batch group by group with the policy's ``choose``; and what each request
+    finds on its worker (``batch_matched``'s answer, found on the way).
 
     The group's first request is chosen for; the next ones follow while the worker's
     requests in flight stay within ``slack`` of the least loaded up worker's; the rest
-    of the group is decided again among the workers that load still allows.
+    of the group is decided again among the workers that load still allows. The plan
+    counts its own decisions in copies of the loads, which the views of the decisions
+    after them show; the router's loads change only when the batch is committed.
     """
     count = len(requests)
-    out: list[Any] = [None] * count
+    planned: list[Any] = [None] * count
     matched = [0] * count
     where = [-1] * count  # each decided request's worker index
     again: set[int] = set()
-    loads, prefill, up_index = registry.requests, registry.prefill, registry.up_index
-    dense = registry.dense  # every index is up, in order
-    # The batch's decisions count in the loads of the decisions after them
-    # (and stay counted); if a policy raises they are taken back out.
-    counted: list[tuple[int, int, int]] = []
-    done = False
-    try:
-        for group in groups:
-            members, partners, common = group[0], group.partners, group.common
-            at = 0
-            among: list[int] | None = None
-            subset: tuple[WorkerId, ...] | None = None
-            while at < len(members):
-                first = members[at]
-                view = registry.view(
-                    matches[first], every[first], registry.aligned(among=among), among
-                )
-                worker, label, detail = registry.checked(choose(requests[first], view), subset)
-                i = worker.index
-                # The first member always goes; the next ones while the worker's load,
-                # before each, is at most the least loaded worker's plus the slack. Only
-                # this worker's load moves, so that is a count: up to the other workers'
-                # floor plus the slack.
-                start = loads[i]
-                if len(up_index) < 2:
-                    room = len(members)
-                else:
-                    low, low_at, _, _, _ = extremes(
-                        loads if dense else [loads[j] for j in up_index]
-                    )
-                    if up_index[low_at] == i:  # then the others' floor is another load
-                        low = min([loads[j] for j in up_index if j != i])
-                    room = max(1, int(low) + slack - start + 1)
-                end = min(len(members), at + room)
-                choice = (worker, label, detail, view)
-                uncached = 0
-                for j in range(at, end):
-                    k = members[j]
-                    out[k] = choice
-                    where[k] = i
-                    # What the batch's earlier requests leave on this worker (see
-                    # batch_matched; a partner is decided before its request).
-                    held = every[k][i]
-                    p = partners[j]
-                    if p >= 0:
-                        if where[p] != i:
-                            again.add(k)  # see batch_matched
-                        elif common[j] > held:
-                            held = common[j]
-                    matched[k] = held
-                    uncached += len(requests[k].tokens) - held
-                loads[i] = start + end - at
-                prefill[i] += uncached
-                counted.append((i, end - at, uncached))
-                at = end
-                if at < len(members):  # spill: only the workers load still allows
-                    floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
-                    floor += slack  # loads are ints, so is this
-                    among = [p for p, j in enumerate(up_index) if loads[j] <= floor]
-                    subset = tuple(registry.up[p] for p in among)
-        done = True
-    finally:
-        if not done:
-            for i, taken, uncached in counted:
-                loads[i] -= taken
-                prefill[i] -= uncached
+    loads, prefill = registry.requests[:], registry.prefill[:]
+    plan_loads = (loads, prefill, registry.decode)  # a batch moves no decode load
+    up_index, dense = registry.up_index, registry.dense
+    for group in groups:
+        members, partners, common = group[0], group.partners, group.common
+        at = 0
+        among: list[int] | None = None  # a spill's view: only these positions of the up workers
+        subset: tuple[WorkerId, ...] | None = None
+        while at < len(members):
+            first = matches[members[at]]
+            view = registry.view(
+                first, first.length_list, registry.aligned(plan_loads, among), among
+            )
+            worker, label, detail = registry.checked(choose(requests[members[at]], view), subset)
+            i = worker.index
+            start = loads[i]
+            end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
+            choice = (worker, label, detail, view)
+            uncached = 0
+            for j in range(at, end):
+                k = members[j]
+                planned[k] = choice
+                where[k] = i
+                # What the batch's earlier requests leave on this worker (see
+                # batch_matched; a partner is decided before its request).
+                held = matches[k].length_of(worker)
+                p = partners[j]
+                if p >= 0:
+                    if where[p] != i:
+                        again.add(k)  # see batch_matched
+                    elif common[j] > held:
+                        held = common[j]
+                matched[k] = held
+                uncached += len(requests[k].tokens) - held
+            loads[i] = start + end - at
+            prefill[i] += uncached
+            at = end
+            if at < len(members):  # spill: only the workers load still allows
+                floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
+                floor += slack  # loads are ints, so is this
+                among = [p for p, j in enumerate(up_index) if loads[j] <= floor]
+                subset = tuple(registry.up[p] for p in among)
     if again:
         partner, shares = _links(groups, count)
-        for k, raised in _settle_again(
-            again, where, partner, shares, requests, registry.page_size, matched
-        ):
-            prefill[where[k]] -= raised  # counted above as uncached
-    return out, matched
+        _settle_again(again, where, partner, shares, requests, registry.page_size, matched)
+    return planned, matched
+
+
+def _room(
+    loads: list[int], up_index: list[int], dense: bool, i: int, slack: int, size: int
+) -> int:
+    """How many members of a run may go to worker index ``i``: the first always; the next
+    while its load, before each, is at most the least loaded other worker's plus the
+    slack (only this worker's load moves, so that is a count)."""
+    if len(up_index) < 2:
+        return size
+    low, low_at, _, _, _ = extremes(loads if dense else [loads[j] for j in up_index])
+    if up_index[low_at] == i:  # then the others' floor is another load
+        others = loads[:i] + loads[i + 1 :] if dense else [loads[j] for j in up_index if j != i]
+        low = extremes(others)[0]
+    return max(1, int(low) + slack - loads[i] + 1)
 
 
 def batch_matched(

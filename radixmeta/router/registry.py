@@ -88,6 +88,21 @@ class Registry:
         The workers a policy may choose, by index.
     """
 
+    __slots__ = (
+        "tree",
+        "page_size",
+        "records",
+        "requests",
+        "prefill",
+        "decode",
+        "up",
+        "up_index",
+        "dense",
+        "capacities",
+        "reported",
+        "position",
+    )
+
     def __init__(self, tree: MetaTree) -> None:
         self.tree = tree
         self.page_size = tree.page_size
@@ -95,7 +110,12 @@ class Registry:
         self.requests: list[int] = []
         self.prefill: list[int] = []
         self.decode: list[int] = []
-        self.refresh()
+        self.up: tuple[WorkerId, ...] = ()
+        self.up_index: list[int] = []
+        self.dense = True
+        self.capacities: list[int | None] = []
+        self.reported: list[EngineLoad | None] = []
+        self.position: dict[int, int] = {}
 
     # -- registration ----------------------------------------------------------------------
     def add(self, worker: WorkerId, capacity: int | None) -> None:
@@ -150,12 +170,12 @@ class Registry:
     def refresh(self) -> None:
         """Rebuild what every view shares: the up workers and their capacities and reports."""
         up = [r for r in self.records if r is not None and r.up]
-        self.up: tuple[WorkerId, ...] = tuple(r.worker for r in up)
+        self.up = tuple(r.worker for r in up)
         self.up_index = [r.worker.index for r in up]
         # Every index up (no down worker, no free slot): a view copies whole lists.
         self.dense = self.up_index == list(range(len(self.records)))
-        self.capacities: list[int | None] = [r.capacity for r in up]
-        self.reported: list[EngineLoad | None] = [r.reported for r in up]
+        self.capacities = [r.capacity for r in up]
+        self.reported = [r.reported for r in up]
         self.position = {r.worker.index: k for k, r in enumerate(up)}
 
     # -- views -----------------------------------------------------------------------------
@@ -171,21 +191,36 @@ class Registry:
         return [requests[i] for i in pick], [prefill[i] for i in pick], [decode[i] for i in pick]
 
     def view(
-        self, match: Any, every: list[int], loads: Loads, among: list[int] | None = None
+        self,
+        match: Any,
+        every: list[int],
+        loads: Loads | None = None,
+        among: list[int] | None = None,
     ) -> View:
         """A request's view: its match (``every``: its lengths by worker index) against
-        the up workers (or those at positions ``among`` of them), with ``loads`` aligned
-        to the same workers (see ``aligned``)."""
+        the up workers, or those at positions ``among`` of them.
+
+        ``loads`` are the loads to show, aligned to the same workers (``aligned``: a
+        batch's plan, or one copy that several views share); by default a copy of
+        the registry's own, taken now.
+        """
         if among is None:
             workers, pick = self.up, self.up_index
             capacities, reported = self.capacities, self.reported
-            lengths = every if self.dense else [every[i] for i in pick]
+            if self.dense:
+                lengths = every
+                if loads is None:
+                    loads = self.requests[:], self.prefill[:], self.decode[:]
+            else:
+                lengths = [every[i] for i in pick]
         else:
             pick = [self.up_index[p] for p in among]
             workers = tuple(self.up[p] for p in among)
             capacities = [self.capacities[p] for p in among]
             reported = [self.reported[p] for p in among]
             lengths = [every[i] for i in pick]
+        if loads is None:
+            loads = self.aligned(None, among)
         host = lengths
         if self.tree.has_host_pages:
             host_all = match.host_lengths.tolist()
@@ -207,15 +242,18 @@ class Registry:
         self, choice: object, among: tuple[WorkerId, ...] | None = None
     ) -> tuple[WorkerId, str, Detail]:
         """What a policy returned, as ``(worker, label, detail)``, checked: a worker of its
-        view (the up workers, or the workers ``among``), bare or in a :class:`Choice`.
-        Raises PolicyError for anything else."""
+        view (the up workers, or the workers ``among``), bare or in a :class:`Choice`
+        whose reason is a str. Raises PolicyError for anything else."""
         detail: Detail
         if type(choice) is WorkerId:
             worker, label, detail = choice, CHOSEN, ()
         elif isinstance(choice, Choice):
             worker, label, detail = choice
+            if type(label) is not str:  # it is counted and exported by metrics()
+                msg = f"the policy's Choice has reason {label!r}: a reason must be a str"
+                raise PolicyError(msg)
             if type(detail) is not tuple:
-                detail = tuple(detail)
+                detail = _checked_detail(detail)
         else:
             worker, label, detail = choice, CHOSEN, ()  # type: ignore[assignment]
         if type(worker) is WorkerId:
@@ -229,3 +267,12 @@ class Registry:
                 return worker, label, detail
         msg = f"the policy chose {choice!r}, which is not one of its view's workers"
         raise PolicyError(msg)
+
+
+def _checked_detail(detail: object) -> Detail:
+    """A Choice's detail that is not a tuple already, as one (a list of pairs, say)."""
+    try:
+        return tuple(detail)  # type: ignore[arg-type]  # any iterable; checked here
+    except TypeError:
+        msg = f"the policy's Choice has detail {detail!r}: it must be (name, number) pairs"
+        raise PolicyError(msg) from None

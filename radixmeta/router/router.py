@@ -8,6 +8,7 @@ the batch path (:mod:`~radixmeta.router.batch`), the event inputs
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import secrets
@@ -19,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta._batch import prefix_groups
 from radixmeta._impl import backend
 from radixmeta._keys import check_int
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
+    HookError,
     InputTypeError,
     InvalidInputError,
     NoWorkerError,
@@ -72,9 +73,10 @@ class Router:
         models each worker's cache itself, bounded by its capacity.
     source : ReplaySource, optional
         Exact mode: where the replayer asks for the records of a gap of the
-        workers no subscription serves (an in-process ``LogSource``...).
+        workers no subscription serves (an in-process ``LogSource``...): an
+        object with ``replay`` and ``snapshot`` methods.
     restart_window : int, default 16
-        See :class:`~radixmeta.events.Replayer`.
+        See :class:`~radixmeta.events.Replayer`; an integer >= 0.
     group_ratio : float, default 0.5
         ``dispatch_batch``: two requests of a batch are grouped when they share
         at least one page and at least this share of the shorter prompt.
@@ -84,12 +86,22 @@ class Router:
         many; the rest of the group is decided again, among the workers that
         load still allows.
     clock : callable, default time.monotonic
-        Seconds, for ``expire``; must not go backwards.
+        Seconds, for ``expire``; must not go backwards. It is read once per
+        dispatch (once per batch) and per ``expire``; what it returns must be a
+        finite number, else that call raises before it changes anything.
+
+    Raises
+    ------
+    InputTypeError, InvalidInputError
+        An argument of the wrong type or value (all are checked here, before
+        anything is built).
 
     Notes
     -----
-    See the Routing page of the documentation for the dispatch, batch, overlay
-    and load rules and the cost of each operation.
+    Every call is a transaction: one that raises (a bad argument, a policy, a
+    hook or the clock) changes nothing. See the Routing page of the
+    documentation for the dispatch, batch, overlay and load rules and the cost
+    of each operation.
     """
 
     def __init__(
@@ -107,9 +119,25 @@ class Router:
         if mode not in _MODES:
             msg = f"mode must be 'exact' or 'approximate', got {mode!r}"
             raise InvalidInputError(msg)
-        if not isinstance(group_ratio, (int, float)) or not 0 <= group_ratio <= 1:
+        if (
+            isinstance(group_ratio, bool)
+            or not isinstance(group_ratio, (int, float))
+            or not 0 <= group_ratio <= 1
+        ):
             msg = f"group_ratio must be a number in [0, 1], got {group_ratio!r}"
             raise InvalidInputError(msg)
+        if not callable(clock):
+            msg = f"clock must be a callable returning seconds, got {type(clock).__name__}"
+            raise InputTypeError(msg)
+        if source is not None and not (
+            callable(getattr(source, "replay", None))
+            and callable(getattr(source, "snapshot", None))
+        ):
+            msg = (
+                "source must be a ReplaySource (replay and snapshot methods) or None, "
+                f"got {type(source).__name__}"
+            )
+            raise InputTypeError(msg)
         self.group_slack = check_int("group_slack", group_slack, 0)
         self.group_ratio = float(group_ratio)
         resolved = as_policy(policy)
@@ -117,7 +145,7 @@ class Router:
         self.tree = MetaTree(page_size)
         self.page_size = self.tree.page_size
         self._exact = mode == "exact"
-        self._feed = EventFeed(self.tree, source, restart_window)
+        self._feed = EventFeed(self.tree, source, check_int("restart_window", restart_window, 0))
         self._registry = Registry(self.tree)
         self._clock = clock
         self._lock = threading.RLock()  # re-entrant: a policy hook may call the router
@@ -156,6 +184,13 @@ class Router:
     def clock(self) -> Callable[[], float]:
         """The clock ``expire`` reads (seconds; given to the constructor)."""
         return self._clock
+
+    def _now(self) -> float:
+        """The clock, read and checked (a bad reading raises before the call changes anything)."""
+        now = self._clock()
+        if type(now) is float and now - now == 0.0:  # finite (inf - inf and nan - nan are nan)
+            return now
+        return _checked_seconds(now)
 
     # -- workers -------------------------------------------------------------------------
     def add_worker(
@@ -197,17 +232,29 @@ class Router:
             return worker
 
     def remove_worker(self, worker: WorkerId) -> int:
-        """Forget a worker: its pages, its requests in flight (each policy's
-        ``on_finish`` is told) and its replay state. Returns the requests dropped."""
+        """Forget a worker: its pages, its requests in flight and its replay state.
+
+        Returns the requests dropped. Each dropped request's ``on_finish`` hook is
+        called; if hooks raise, the worker is removed all the same and then
+        :class:`~radixmeta.errors.HookError` is raised (its ``released`` are the
+        dropped requests' ids).
+        """
         with self._lock:
             record = self._registry.record(worker)
             dropped = [f for f in self._flights.values() if f.worker is record.worker]
+            errors = []
             for flight in dropped:
+                error = self._tell_finished(flight)
+                if error is not None:
+                    errors.append(error)
                 del self._flights[flight.request_id]
                 self._release(flight, hold=False)  # the tree ends its holds itself
             self.tree.remove_worker(record.worker)
             self.replayer.forget(worker.name, worker.dp_rank)
             self._registry.remove(worker)
+            if errors:
+                failure = _hook_error("remove_worker", [f.request_id for f in dropped], errors)
+                raise failure
             return len(dropped)
 
     def mark_down(self, worker: WorkerId) -> None:
@@ -291,8 +338,10 @@ class Router:
         Parameters
         ----------
         tokens : sequence of int or 1-D integer array
-            The prompt; a uint32 array is taken without a copy (do not change
-            it while the request is in flight).
+            The prompt. A uint32 array (1-D, C-contiguous) is taken without a
+            copy (do not change it while the request is in flight); any other
+            form the trees take is converted once, in compiled code, and the
+            array is what the policy and every tree call see.
         request_id : str, optional
             Unique among the requests in flight; generated when not given.
         namespace : hashable, optional
@@ -312,15 +361,24 @@ class Router:
         Raises
         ------
         InputTypeError, InvalidInputError
-            Bad tokens, id, namespace, extras or expected output.
+            Bad tokens, id, namespace, extras or expected output; or a clock
+            reading that is not a finite number.
         DuplicateRequestError
             ``request_id`` is in flight.
         NoWorkerError
             No worker is up.
         PolicyError
-            The policy chose something that is not a worker of its view.
+            The policy chose something that is not a worker of its view, or a
+            ``Choice`` whose reason is not a str.
 
-        A call that raises changes nothing.
+        Notes
+        -----
+        One transaction: the request is matched, the policy chooses, the clock
+        is read and the policy's ``on_dispatch`` hook is told, and only then is
+        the decision committed (its pages marked, its load counted, the request
+        in flight). Whatever raises before the commit (including the policy's
+        ``choose``, its hook or the clock, whose exceptions propagate as they
+        are) leaves the router as it was.
         """
         key = token_array(tokens)
         if request_id is not None and type(request_id) is not str:
@@ -332,51 +390,59 @@ class Router:
             if self._closed:
                 msg = "dispatch on a closed Router"
                 raise RouterClosedError(msg)
-            flights, registry, tree = self._flights, self._registry, self.tree
-            if request_id is None:
-                rid = next(self._ids)
-                if rid in flights:  # a caller's id that looks like ours
-                    rid = self._new_id()
-            elif request_id in flights:
-                msg = f"request {request_id!r} is in flight already"
-                raise DuplicateRequestError(msg)
-            else:
-                rid = request_id
+            rid = self._request_id(request_id)
+            registry = self._registry
             if not registry.up:
                 raise NoWorkerError(registry.no_worker())
+            # Decide: match, view, the policy's choice (checked), the clock, the hook.
             if extras is None and namespace is None:
-                m = tree.match(key, cursor=True)
+                m = self.tree.match(key, cursor=True)
             else:
-                m = tree.match(key, extras=extras, namespace=namespace, cursor=True)
+                m = self.tree.match(key, extras=extras, namespace=namespace, cursor=True)
             every = m.length_list
-            view = registry.view(m, every, registry.aligned())
+            view = registry.view(m, every)
             request = Request(rid, key, namespace, extras, group, expected_output)
             worker, label, detail = registry.checked(self._choose(request, view))
-            i = worker.index
-            matched = every[i]
-            if self._exact:
-                hold: int | None = m.hold(worker)
-            else:
-                hold = None
-                m.insert(worker)
-            decision = Decision(
-                rid, worker, matched, label, detail, view, request, hold, self._clock()
-            )
-            # The counters of metrics() take the request when it ends (finish, expire,
-            # removal); until then metrics() reads it from flights.
-            registry.requests[i] += 1
-            registry.prefill[i] += len(key) - matched
-            flights[rid] = decision
+            matched = every[worker.index]
+            started = self._now()
             if self._on_dispatch is not None:
                 self._on_dispatch(request, worker, matched)
+            # Commit: nothing below raises.
+            hold = self._mark(m, worker)
+            decision = Decision(rid, worker, matched, label, detail, view, request, hold, started)
+            self._admit(decision)
             return decision
 
-    def _new_id(self, taken: set[str] | None = None) -> str:
+    def _request_id(self, given: str | None, taken: set[str] | None = None) -> str:
+        """``given`` if no request in flight has it, else a new id of this router's own."""
+        if given is not None:
+            if given in self._flights:
+                msg = f"request {given!r} is in flight already"
+                raise DuplicateRequestError(msg)
+            return given
         rid = next(self._ids)
         # A caller's id may look like ours (in flight, or given in the same batch).
         while rid in self._flights or (taken is not None and rid in taken):
             rid = next(self._ids)
         return rid
+
+    def _mark(self, match: Any, worker: WorkerId) -> int | None:
+        """Mark a decided request's pages for its worker, from its match's walk: a hold
+        (exact mode: released at its end), or an insert into the router's model."""
+        if self._exact:
+            hold: int = match.hold(worker)
+            return hold
+        match.insert(worker)
+        return None
+
+    def _admit(self, decision: Decision) -> None:
+        """Count a decided request in its worker's loads and in flight (the commit)."""
+        i = decision.worker.index
+        self._registry.requests[i] += 1
+        self._registry.prefill[i] += decision._uncached
+        # The counters of metrics() take the request when it ends (finish, expire,
+        # removal); until then metrics() reads it from the flights.
+        self._flights[decision.request_id] = decision
 
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
@@ -405,8 +471,15 @@ class Router:
         allows. Loads include the batch's earlier decisions. A decision's
         ``matched`` also counts what the request shares with the batch's earlier
         requests sent to its worker (see the Routing page). The batch's decisions
-        share one dispatch time, which ``expire`` reads. A batch that raises
-        changes nothing.
+        share one dispatch time, which ``expire`` reads.
+
+        One transaction, as ``dispatch``: the whole batch is decided on the
+        router's loads as they were (the plan counts its own decisions on copies),
+        the clock is read and every request's ``on_dispatch`` hook is told, and
+        only then is the batch committed. If a hook raises, the requests already
+        told are told ``on_finish`` (the batch never went out; errors of those
+        calls are dropped) and its error propagates: a batch that raises
+        changes nothing in the router.
         """
         items = [batch.batch_item(k, item, token_array) for k, item in enumerate(requests)]
         with self._lock:
@@ -424,77 +497,66 @@ class Router:
             registry = self._registry
             if not registry.up:
                 raise NoWorkerError(registry.no_worker())
-            tree = self.tree
             # Cursor matches: the first mark after them is along their walk, the later ones
             # (the tree has changed) walk again, still without the binding's lock.
+            tree = self.tree
             matches = [
                 tree.match(key, cursor=True)
                 if extras is None and ns is None
                 else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
-            requests_ = []
-            flights, generated = self._flights, self._ids
-            plain = True  # no namespace, no extra tags
-            for key, rid, ns, extras, group, expected in items:
-                if rid is None:
-                    rid = next(generated)
-                    if rid in flights or rid in ids:  # a caller's id that looks like ours
-                        rid = self._new_id(ids)
-                if ns is not None or extras is not None:
-                    plain = False
-                requests_.append(Request(rid, key, ns, extras, group, expected))
-            every = [m.length_list for m in matches]
-            keys = [item[0] for item in items]
-            if plain:
-                groups = prefix_groups(keys, None, None, self.page_size, self.group_ratio)
-            else:
-                groups = prefix_groups(
-                    keys,
-                    [item[2] for item in items],
-                    [item[3] is not None for item in items],
-                    self.page_size,
-                    self.group_ratio,
-                )
-            # What each request finds on its worker also counts the batch's earlier
-            # requests sent there (their pages are marked with this batch): the hit the
-            # decision estimates, and the prefill load it leaves out.
+            requests_ = [
+                Request(rid if rid is not None else self._request_id(None, ids), key, ns, extras,
+                        group, expected)
+                for key, rid, ns, extras, group, expected in items
+            ]
+            groups = batch.groups_of(items, self.page_size, self.group_ratio)
+            # Decide: the plan (choices and what each request finds on its worker), the
+            # clock, the hooks. The router's own state is untouched until the commit.
             if self._choose_batch is not None:
-                choices = batch.by_policy(
-                    registry, self._choose_batch, requests_, matches, every, groups
+                planned, matched_of = batch.by_policy(
+                    registry, self._choose_batch, requests_, matches, groups
                 )
-                matched_of = batch.batch_matched(
-                    requests_, every, choices, groups, self.page_size
+            else:
+                planned, matched_of = batch.by_groups(
+                    registry, self._choose, self.group_slack, requests_, matches, groups
                 )
-                for request, matched, (worker, *_) in zip(
-                    requests_, matched_of, choices, strict=True
-                ):
-                    registry.requests[worker.index] += 1
-                    registry.prefill[worker.index] += len(request.tokens) - matched
-            else:  # these count the loads as they decide (later decisions see them)
-                choices, matched_of = batch.by_groups(
-                    registry, self._choose, self.group_slack, requests_, matches, every, groups
-                )
-            # Nothing below raises: the decisions are applied whole.
+            started = self._now()  # the batch is decided at one time
+            self._tell_dispatched(requests_, planned, matched_of)
+            # Commit: nothing below raises.
             decisions = []
-            exact, hook = self._exact, self._on_dispatch
-            now = self._clock()  # the batch is decided at one time
-            for k, (request, m, (worker, label, detail, view)) in enumerate(
-                zip(requests_, matches, choices, strict=True)
+            for request, m, (worker, label, detail, view), matched in zip(
+                requests_, matches, planned, matched_of, strict=True
             ):
-                matched = matched_of[k]
-                hold: int | None = None
-                if exact:
-                    hold = m.hold(worker)
-                else:
-                    m.insert(worker)
-                rid = request.request_id
-                decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
-                flights[rid] = decision
-                if hook is not None:
-                    hook(request, worker, matched)
+                hold = self._mark(m, worker)
+                decision = Decision(
+                    request.request_id, worker, matched, label, detail, view, request, hold,
+                    started,
+                )
+                self._admit(decision)
                 decisions.append(decision)
             return decisions
+
+    def _tell_dispatched(
+        self, requests: list[Request], planned: list[batch.Planned], matched: list[int]
+    ) -> None:
+        """Each request's ``on_dispatch``, before a batch's commit. If one raises, the
+        requests already told are told ``on_finish`` and the error propagates."""
+        hook = self._on_dispatch
+        if hook is None:
+            return
+        told = 0
+        try:
+            for request, plan, length in zip(requests, planned, matched, strict=True):
+                hook(request, plan[0], length)
+                told += 1
+        except BaseException:
+            if self._on_finish is not None:
+                for request, plan in zip(requests[:told], planned[:told], strict=True):
+                    with contextlib.suppress(Exception):  # the first error is the one raised
+                        self._on_finish(request, plan[0])
+            raise
 
     # -- request life --------------------------------------------------------------------
     def prefill_done(self, request_id: str) -> None:
@@ -537,10 +599,17 @@ class Router:
             The id names no request in flight (finished or expired already).
         InvalidInputError
             A negative ``output_tokens``.
+
+        Notes
+        -----
+        The policy's ``on_finish`` hook is told first: if it raises, the request
+        stays in flight, as it was (``expire`` releases it even so, later).
         """
         output = check_int("output_tokens", output_tokens, 0)
         with self._lock:
             flight = self._flight(request_id)
+            if self._on_finish is not None:
+                self._on_finish(flight._request, flight.worker)
             del self._flights[request_id]
             self._release(flight)
             record = self._registry.records[flight.worker.index]
@@ -556,6 +625,17 @@ class Router:
 
         For requests whose ``finish`` never came (a client that went away, a
         lost response). Returns their ids, oldest first.
+
+        Raises
+        ------
+        InputTypeError, InvalidInputError
+            A bad ``older_than``, or a clock reading that is not a finite
+            number (then nothing is released).
+        HookError
+            The policy's ``on_finish`` raised for some of the requests: every
+            one of them is released all the same (a hook must not keep requests
+            in flight for ever), and then this is raised, with the ids as
+            ``released``, every hook error as ``errors``, chained from the first.
         """
         if not isinstance(older_than, (int, float)) or isinstance(older_than, bool):
             msg = f"older_than must be a number of seconds, got {type(older_than).__name__}"
@@ -564,19 +644,27 @@ class Router:
             msg = f"older_than must be >= 0, got {older_than}"
             raise InvalidInputError(msg)
         with self._lock:
-            cutoff = self._clock() - older_than
+            cutoff = self._now() - older_than
             gone = []
-            for rid, flight in self._flights.items():
+            for flight in self._flights.values():
                 if flight._started > cutoff:
                     break  # dispatched in order, by a clock that never goes back
-                gone.append(rid)
-            for rid in gone:
-                flight = self._flights.pop(rid)
+                gone.append(flight)
+            errors = []
+            for flight in gone:
+                error = self._tell_finished(flight)
+                if error is not None:
+                    errors.append(error)
+                del self._flights[flight.request_id]
                 self._release(flight)
                 record = self._registry.records[flight.worker.index]
                 assert record is not None
                 record.expired += 1
-            return gone
+            released = [flight.request_id for flight in gone]
+            if errors:
+                failure = _hook_error("expire", released, errors)
+                raise failure
+            return released
 
     def _flight(self, request_id: object) -> Decision:
         flight = self._flights.get(request_id) if type(request_id) is str else None
@@ -588,8 +676,19 @@ class Router:
             raise UnknownRequestError(msg)
         return flight
 
+    def _tell_finished(self, flight: Decision) -> Exception | None:
+        """The policy's ``on_finish`` for a request that goes whatever it says: its error."""
+        if self._on_finish is None:
+            return None
+        try:
+            self._on_finish(flight._request, flight.worker)
+        except Exception as exc:  # collected: the caller releases every request, then raises
+            return exc
+        return None
+
     def _release(self, flight: Decision, *, hold: bool = True) -> None:
-        """Take a request's load (and, unless told not to, its hold) back out."""
+        """Take an ended request's load (and, unless told not to, its hold) back out and
+        count it in its worker's record."""
         registry = self._registry
         i = flight.worker.index
         record = registry.records[i]
@@ -606,8 +705,6 @@ class Router:
             registry.prefill[i] -= flight._uncached
         if hold and flight._hold is not None:
             self.tree.release(flight._hold)
-        if self._on_finish is not None:
-            self._on_finish(flight._request, flight.worker)
 
     # -- events (exact mode) -------------------------------------------------------------
     def submit(self, records: Sequence[Record]) -> None:
@@ -764,3 +861,25 @@ class Router:
             f"Router(mode={self.mode!r}, page_size={self.page_size}, workers={len(self.workers)}, "
             f"up={len(self.up)}, in_flight={len(self._flights)})"
         )
+
+
+def _checked_seconds(now: object) -> float:
+    """A clock reading that is not a plain finite float: taken if it is a finite number."""
+    if isinstance(now, bool) or not isinstance(now, (int, float)):
+        msg = f"the router's clock must return a number of seconds, got {type(now).__name__}"
+        raise InputTypeError(msg)
+    if not math.isfinite(now):
+        msg = f"the router's clock must return finite seconds, got {now!r}"
+        raise InvalidInputError(msg)
+    return float(now)
+
+
+def _hook_error(call: str, released: list[str], errors: list[Exception]) -> HookError:
+    """What ``expire`` and ``remove_worker`` raise after releasing what hooks refused."""
+    msg = (
+        f"{call} released {len(released)} request(s); the policy's on_finish raised for "
+        f"{len(errors)} of them (the first: {errors[0]!r})"
+    )
+    error = HookError(msg, released, errors)
+    error.__cause__ = errors[0]
+    return error
