@@ -408,9 +408,8 @@ class Router:
             if self._on_dispatch is not None:
                 self._on_dispatch(request, worker, matched)
             # Commit: nothing below raises.
-            hold = self._mark(m, worker)
-            decision = Decision(rid, worker, matched, label, detail, view, request, hold, started)
-            self._admit(decision)
+            decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
+            self._commit(decision, m)
             return decision
 
     def _request_id(self, given: str | None, taken: set[str] | None = None) -> str:
@@ -426,20 +425,18 @@ class Router:
             rid = next(self._ids)
         return rid
 
-    def _mark(self, match: Any, worker: WorkerId) -> int | None:
-        """Mark a decided request's pages for its worker, from its match's walk: a hold
-        (exact mode: released at its end), or an insert into the router's model."""
+    def _commit(self, decision: Decision, match: Any) -> None:
+        """Apply a decided request (nothing here raises): mark its pages for its worker
+        from its match's walk (exact mode: a hold, released at its end; approximate: an
+        insert into the router's model), count its load, and put it in flight."""
+        worker = decision.worker
         if self._exact:
-            hold: int = match.hold(worker)
-            return hold
-        match.insert(worker)
-        return None
-
-    def _admit(self, decision: Decision) -> None:
-        """Count a decided request in its worker's loads and in flight (the commit)."""
-        i = decision.worker.index
+            decision._hold = match.hold(worker)
+        else:
+            match.insert(worker)
+        i = worker.index
         self._registry.requests[i] += 1
-        self._registry.prefill[i] += decision._uncached
+        self._registry.prefill[i] += len(decision._request.tokens) - decision.matched
         # The counters of metrics() take the request when it ends (finish, expire,
         # removal); until then metrics() reads it from the flights.
         self._flights[decision.request_id] = decision
@@ -526,15 +523,12 @@ class Router:
             self._tell_dispatched(requests_, planned, matched_of)
             # Commit: nothing below raises.
             decisions = []
-            for request, m, (worker, label, detail, view), matched in zip(
+            for r, m, (worker, label, detail, view), matched in zip(
                 requests_, matches, planned, matched_of, strict=True
             ):
-                hold = self._mark(m, worker)
-                decision = Decision(
-                    request.request_id, worker, matched, label, detail, view, request, hold,
-                    started,
-                )
-                self._admit(decision)
+                rid = r.request_id
+                decision = Decision(rid, worker, matched, label, detail, view, r, None, started)
+                self._commit(decision, m)
                 decisions.append(decision)
             return decisions
 
