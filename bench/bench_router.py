@@ -288,9 +288,8 @@ def wide_table(
 ) -> list[dict[str, Any]]:
     """Dispatch and dispatch_batch per request on a wide fleet (exact, warm)."""
     n = max(64, requests // 5)  # a wide fleet's dispatch costs ~10x: fewer requests
-    print(f"\n{workers:,} workers: dispatch, and dispatch_batch of 64 per request (exact, warm,\n"
-          f"{GROUPS} groups on {min(workers, GROUPS)} workers); medians of {repeats} runs of "
-          f"{n} requests (us)")
+    print(f"\n{workers:,} workers: dispatch, and dispatch_batch of 64 per request (exact, warm:\n"
+          f"{GROUPS} groups); medians of {repeats} runs of {n} requests (us)")
     print(f"{'policy':<13}{'dispatch':>10}{'batch/req':>11}{'batch/dispatch':>16}")
     rows = []
     for name in names:

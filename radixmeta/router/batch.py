@@ -14,6 +14,7 @@ earlier requests sent to the same worker (their pages are marked with this batch
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -143,13 +144,13 @@ def by_groups(
         members, partners, common = group[0], group.partners, group.common
         at = 0
         among: list[int] | None = None  # a spill's view: only these positions of the up workers
-        subset: tuple[WorkerId, ...] | None = None
+        allowed: set[int] | None = None  # the same, for checking a choice
         while at < len(members):
             first = matches[members[at]]
             view = registry.view(
                 first, first.length_list, registry.aligned(plan_loads, among), among
             )
-            worker, label, detail = registry.checked(choose(requests[members[at]], view), subset)
+            worker, label, detail = registry.checked(choose(requests[members[at]], view), allowed)
             i = worker.index
             start = loads[i]
             end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
@@ -174,14 +175,20 @@ def by_groups(
             prefill[i] += uncached
             at = end
             if at < len(members):  # spill: only the workers load still allows
-                floor = extremes(loads if dense else [loads[j] for j in up_index])[0]
-                floor += slack  # loads are ints, so is this
-                among = [p for p, j in enumerate(up_index) if loads[j] <= floor]
-                subset = tuple(registry.up[p] for p in among)
+                among = _allowed(loads, up_index, dense, slack)
+                allowed = set(among)
     if again:
         partner, shares = _links(groups, count)
         _settle_again(again, where, partner, shares, requests, registry.page_size, matched)
     return planned, matched
+
+
+def _allowed(loads: list[int], up_index: list[int], dense: bool, slack: int) -> list[int]:
+    """The positions (among the up workers) of those whose load is at most the least
+    load plus the slack: where a group's spill may go. One C-level pass each."""
+    up_loads = loads if dense else [loads[j] for j in up_index]
+    floor = extremes(up_loads)[0] + slack  # loads are ints, so is this
+    return list(compress(range(len(up_loads)), map(floor.__ge__, up_loads)))
 
 
 def _room(
