@@ -122,6 +122,9 @@ class FleetSubscription:
         the workers in the tree, sets where it asks for replays (this
         subscription is a :class:`~radixmeta.events.ReplaySource` for its
         workers) and chose its ``restart_window``, so that argument is unused.
+    on_close : callable, optional
+        Called once, with the subscription, after ``close`` closed its sockets: how
+        the router it feeds detaches it (stops polling it and asking it for gaps).
     **subscriber_options
         Passed to :class:`~radixmeta.transport.ZmqSubscriber` (``hwm``, ``context``...).
 
@@ -152,6 +155,7 @@ class FleetSubscription:
         snapshot_timeout: float | None = None,
         restart_window: int = 16,
         replayer: Replayer | None = None,
+        on_close: Callable[[FleetSubscription], object] | None = None,
         **subscriber_options: Any,
     ) -> None:
         if codec not in CODECS:
@@ -205,6 +209,7 @@ class FleetSubscription:
         if replayer is None:
             replayer = Replayer(self.tree, source=self, restart_window=restart_window)
         self.replayer = replayer
+        self._on_close = on_close
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self, timeout: float | None = 0.0, *, max_messages: int | None = None) -> int:
@@ -355,8 +360,11 @@ class FleetSubscription:
         return out
 
     def close(self) -> None:
-        """Close the sockets (idempotent)."""
+        """Close the sockets, then tell the owner given as ``on_close`` (idempotent)."""
         self.subscriber.close()
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close(self)
 
     def __enter__(self) -> FleetSubscription:
         return self

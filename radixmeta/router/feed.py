@@ -71,6 +71,23 @@ class EventFeed:
         for key in subscription.sources:
             self.sources.by_worker[key] = subscription
 
+    def detach(self, subscription: FleetSubscription) -> bool:
+        """Stop polling ``subscription`` and asking it for gaps; False if it was not attached."""
+        if subscription not in self.subscriptions:
+            return False
+        self.subscriptions.remove(subscription)
+        for key in subscription.sources:
+            if self.sources.by_worker.get(key) is subscription:
+                del self.sources.by_worker[key]
+        return True
+
+    def serving(self, key: tuple[str, int]) -> FleetSubscription | None:
+        """The attached subscription that feeds worker ``key`` (name, rank), if any."""
+        for subscription in self.subscriptions:
+            if key in subscription.sources:
+                return subscription
+        return None
+
     def poll(self) -> None:
         """Receive what every subscription has, without waiting."""
         for subscription in list(self.subscriptions):

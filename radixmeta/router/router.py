@@ -737,10 +737,11 @@ class Router:
         """Subscribe to workers' KV-event streams; what arrives feeds the router's replayer.
 
         Workers not registered yet are added (up, without a capacity). The
-        router keeps the subscription only to poll it in ``idle`` and close it
-        in ``close``; arguments are those of
-        :class:`~radixmeta.events.subscription.FleetSubscription`, whose block size is
-        the router's page size.
+        router keeps the subscription only to poll it in ``idle``, to ask it for
+        its workers' gaps, and to close it in ``close`` (or ``unsubscribe``);
+        closing the subscription itself detaches it from the router. Arguments
+        are those of :class:`~radixmeta.events.subscription.FleetSubscription`,
+        whose block size is the router's page size.
         """
         from radixmeta.events.subscription import FleetSubscription
 
@@ -761,10 +762,43 @@ class Router:
                 tiers=tiers,
                 replay_timeout=replay_timeout,
                 replayer=self.replayer,
+                on_close=self._detach,
                 **subscriber_options,
             )
             self._feed.attach(subscription)
             return subscription
+
+    def unsubscribe(self, worker: WorkerId) -> FleetSubscription | None:
+        """Close the subscription that feeds ``worker`` and stop asking it for gaps.
+
+        Returns that subscription, or None when none fed the worker. A
+        subscription serves every worker it was made for (one ``subscribe``
+        call): closing it ends the feed of all of them, so subscribe workers one
+        by one to be able to drop one alone. The workers stay registered, with
+        the pages their events reported until then (``remove_worker`` forgets a
+        worker).
+
+        Raises
+        ------
+        InvalidInputError
+            An approximate router (it takes no events).
+        StaleWorkerError, InputTypeError
+            ``worker`` is not a worker of this router.
+        """
+        self._check_exact("unsubscribe")
+        with self._lock:
+            self._registry.record(worker)
+            subscription = self._feed.serving((worker.name, worker.dp_rank))
+            if subscription is None:
+                return None
+            self._feed.detach(subscription)
+        subscription.close()  # outside the lock: it closes sockets
+        return subscription
+
+    def _detach(self, subscription: FleetSubscription) -> None:
+        """A subscription of this router was closed: poll it and ask it no more."""
+        with self._lock:
+            self._feed.detach(subscription)
 
     def start(self, interval: float = 0.01, **budget: Any) -> None:
         """Run ``idle`` in a background thread every ``interval`` seconds until ``close``."""
