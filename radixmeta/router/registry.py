@@ -122,7 +122,8 @@ class Registry:
     # -- registration ----------------------------------------------------------------------
     def add(self, worker: WorkerId, capacity: int | None) -> None:
         """Register ``worker`` (a new WorkerId of the tree) with zero loads."""
-        grow = worker.index + 1 - len(self.records)
+        # As many indices as the tree has (a view's lengths come by tree index).
+        grow = self.tree.n_workers - len(self.records)
         if grow > 0:
             self.records += [None] * grow
             self.requests += [0] * grow

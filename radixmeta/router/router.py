@@ -503,11 +503,11 @@ class Router:
                 else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
-            requests_ = [
-                Request(rid if rid is not None else self._request_id(None, ids), key, ns, extras,
-                        group, expected)
-                for key, rid, ns, extras, group, expected in items
-            ]
+            requests_ = []
+            for key, rid, ns, extras, group, expected in items:
+                if rid is None:  # an id of the router's own, none of the batch's given ones
+                    rid = self._request_id(None, ids)
+                requests_.append(Request(rid, key, ns, extras, group, expected))
             groups = batch.groups_of(items, self.page_size, self.group_ratio)
             # Decide: the plan (choices and what each request finds on its worker), the
             # clock, the hooks. The router's own state is untouched until the commit.
