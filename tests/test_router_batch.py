@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from radixmeta import Router
 from radixmeta._batch import prefix_groups
 from radixmeta.errors import PolicyError
+from radixmeta.router.registry import Spill
 
 CORES = [REFERENCE] + ([NATIVE] if NATIVE is not None else [])
 
@@ -502,3 +503,14 @@ def test_a_policy_that_reorders_the_groups_changes_no_count() -> None:
         keys = [[5, 5, 5, 5], [1, 1, 7, 7], [1, 1, 2, 2], [1, 1, 2, 2, 3, 3]]
         decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
         assert [d.matched for d in decisions] == [0, 0, 0, 2]
+
+
+@given(data=st.data(), n=st.integers(0, 300))
+def test_a_spill_keeps_exactly_the_positions_it_does_not_exclude(data: Any, n: int) -> None:
+    """Both ways of keeping (deleting a few, filtering many) give the plain filter."""
+    excluded = sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n)) if n else [])
+    spill = Spill(excluded)
+    values = list(range(1000, 1000 + n))
+    assert spill.keep(values) == [v for i, v in enumerate(values) if i not in excluded]
+    assert spill.keep(tuple(values)) == spill.keep(values)  # and again, from its mask
+    assert [p for p in range(n) if p in spill] == [p for p in range(n) if p not in excluded]

@@ -26,7 +26,7 @@ from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
 from radixmeta.policies._params import extremes
 from radixmeta.policies.base import Request, View
-from radixmeta.router.registry import Detail, Registry
+from radixmeta.router.registry import Detail, Registry, Spill
 
 __all__ = [
     "BatchItem",
@@ -143,14 +143,13 @@ def by_groups(
     for group in groups:
         members, partners, common = group[0], group.partners, group.common
         at = 0
-        among: list[int] | None = None  # a spill's view: only these positions of the up workers
-        allowed: set[int] | None = None  # the same, for checking a choice
+        spill: Spill | None = None  # once the group spilled: the workers load allows
         while at < len(members):
             first = matches[members[at]]
             view = registry.view(
-                first, first.length_list, registry.aligned(plan_loads, among), among
+                first, first.length_list, registry.aligned(plan_loads, spill), spill
             )
-            worker, label, detail = registry.checked(choose(requests[members[at]], view), allowed)
+            worker, label, detail = registry.checked(choose(requests[members[at]], view), spill)
             i = worker.index
             start = loads[i]
             end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
@@ -175,20 +174,19 @@ def by_groups(
             prefill[i] += uncached
             at = end
             if at < len(members):  # spill: only the workers load still allows
-                among = _allowed(loads, up_index, dense, slack)
-                allowed = set(among)
+                spill = _spill(loads, up_index, dense, slack)
     if again:
         partner, shares = _links(groups, count)
         _settle_again(again, where, partner, shares, requests, registry.page_size, matched)
     return planned, matched
 
 
-def _allowed(loads: list[int], up_index: list[int], dense: bool, slack: int) -> list[int]:
-    """The positions (among the up workers) of those whose load is at most the least
-    load plus the slack: where a group's spill may go. One C-level pass each."""
+def _spill(loads: list[int], up_index: list[int], dense: bool, slack: int) -> Spill:
+    """Where a group's spill may go: the up workers whose load is at most the least
+    load plus the slack (the others' positions found in one C-level pass)."""
     up_loads = loads if dense else [loads[j] for j in up_index]
-    floor = extremes(up_loads)[0] + slack  # loads are ints, so is this
-    return list(compress(range(len(up_loads)), map(floor.__ge__, up_loads)))
+    ceiling = extremes(up_loads)[0] + slack  # loads are ints, so is this
+    return Spill(list(compress(range(len(up_loads)), map(ceiling.__lt__, up_loads))))
 
 
 def _room(

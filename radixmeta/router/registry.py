@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, PolicyError, StaleWorkerError
@@ -21,7 +22,9 @@ from radixmeta.router.decision import CHOSEN
 if TYPE_CHECKING:
     from radixmeta.meta import MetaTree
 
-__all__ = ["Loads", "Registry", "WorkerLoad", "WorkerRecord"]
+__all__ = ["Loads", "Registry", "Spill", "WorkerLoad", "WorkerRecord"]
+
+T = TypeVar("T")
 
 #: Per worker index: requests in flight, uncached prefill tokens, decode tokens.
 Loads = tuple[list[int], list[int], list[int]]
@@ -103,6 +106,7 @@ class Registry:
         "capacities",
         "reported",
         "position",
+        "align",
     )
 
     def __init__(self, tree: MetaTree) -> None:
@@ -118,6 +122,7 @@ class Registry:
         self.capacities: list[int | None] = []
         self.reported: list[EngineLoad | None] = []
         self.position: dict[int, int] = {}
+        self.align: Callable[[list[Any]], list[Any]] = list.copy
 
     # -- registration ----------------------------------------------------------------------
     def add(self, worker: WorkerId, capacity: int | None) -> None:
@@ -180,57 +185,58 @@ class Registry:
         self.capacities = [r.capacity for r in up]
         self.reported = [r.reported for r in up]
         self.position = {r.worker.index: k for k, r in enumerate(up)}
+        self.align = _aligner(self.up_index, self.dense)
 
     # -- views -----------------------------------------------------------------------------
-    def aligned(self, loads: Loads | None = None, among: list[int] | None = None) -> Loads:
+    def aligned(self, loads: Loads | None = None, spill: Spill | None = None) -> Loads:
         """Copies of ``loads`` (the registry's own by default) aligned to the up workers,
-        or to those at positions ``among`` of them."""
+        or to the workers of a batch's ``spill``."""
         requests, prefill, decode = (
             (self.requests, self.prefill, self.decode) if loads is None else loads
         )
-        if among is None and self.dense:
-            return requests[:], prefill[:], decode[:]
-        pick = _picker(self.up_index if among is None else _picked(self.up_index, among))
-        return pick(requests), pick(prefill), pick(decode)
+        align = self.align
+        out = align(requests), align(prefill), align(decode)
+        if spill is None:
+            return out
+        return spill.keep(out[0]), spill.keep(out[1]), spill.keep(out[2])
 
     def view(
         self,
         match: Any,
         every: list[int],
         loads: Loads | None = None,
-        among: list[int] | None = None,
+        spill: Spill | None = None,
     ) -> View:
         """A request's view: its match (``every``: its lengths by worker index) against
-        the up workers, or those at positions ``among`` of them.
+        the up workers, or those of a batch's ``spill``.
 
         ``loads`` are the loads to show, aligned to the same workers (``aligned``: a
         batch's plan, or one copy that several views share); by default a copy of
         the registry's own, taken now.
         """
-        if among is None:
-            workers, index = self.up, self.up_index
-            capacities, reported = self.capacities, self.reported
-            if self.dense:
-                lengths = every
-                if loads is None:
-                    loads = self.requests[:], self.prefill[:], self.decode[:]
-            else:
-                lengths = _picker(index)(every)
-        else:  # a batch's spill: some of the up workers (lists picked in C: a wide fleet)
-            index = _picked(self.up_index, among)
-            at = _picker(among)
-            workers = workers_at(self.up, among)
-            capacities, reported = at(self.capacities), at(self.reported)
-            lengths = _picker(index)(every)
-        if loads is None:
-            loads = self.aligned(None, among)
-        host = lengths
+        workers, capacities, reported = self.up, self.capacities, self.reported
+        if self.dense:
+            lengths = every
+            if loads is None and spill is None:  # dispatch's case: three copies, no call
+                loads = self.requests[:], self.prefill[:], self.decode[:]
+        else:
+            lengths = self.align(every)
+        host = None
         if self.tree.has_host_pages:
-            host = _picker(index)(match.host_lengths.tolist())
+            host_all = match.host_lengths.tolist()
+            host = host_all if self.dense else self.align(host_all)
+        if spill is not None:
+            workers = tuple(spill.keep(workers))
+            capacities, reported = spill.keep(capacities), spill.keep(reported)
+            lengths = spill.keep(lengths)
+            if host is not None:
+                host = spill.keep(host)
+        if loads is None:
+            loads = self.aligned(None, spill)
         return View(
             workers,
             lengths,
-            host,
+            lengths if host is None else host,
             loads[0],
             loads[1],
             loads[2],
@@ -244,9 +250,8 @@ class Registry:
         self, choice: object, among: Container[int] | None = None
     ) -> tuple[WorkerId, str, Detail]:
         """What a policy returned, as ``(worker, label, detail)``, checked: a worker of its
-        view (the up workers, or those at the positions ``among`` of them: a set, for a
-        spill's view), bare or in a :class:`Choice` whose reason is a str. Raises
-        PolicyError for anything else."""
+        view (the up workers, or those whose positions are ``among``: a Spill), bare or
+        in a :class:`Choice` whose reason is a str. Raises PolicyError for anything else."""
         detail: Detail
         if type(choice) is WorkerId:
             worker, label, detail = choice, CHOSEN, ()
@@ -278,23 +283,56 @@ def _checked_detail(detail: object) -> Detail:
         raise PolicyError(msg) from None
 
 
-def workers_at(up: tuple[WorkerId, ...], positions: list[int]) -> tuple[WorkerId, ...]:
-    """The workers at ``positions`` of ``up``."""
-    return tuple(_picker(positions)(up))
+class Spill:
+    """The up workers a batch's group may spill to: all of them but those ``excluded``.
+
+    A wide fleet's spill usually leaves out a few workers (those whose load is past
+    the least loaded's plus the slack), so a spill's lists are copies of the up
+    workers' lists with those positions deleted, each in one C-level pass.
+
+    Parameters
+    ----------
+    excluded : list of int
+        Positions, among the up workers, ascending.
+    """
+
+    __slots__ = ("_mask", "_out", "excluded")
+
+    def __init__(self, excluded: list[int]) -> None:
+        self.excluded = excluded
+        self._out = frozenset(excluded)
+        self._mask: list[bool] | None = None  # per position: kept (for many excluded)
+
+    def __contains__(self, position: object) -> bool:
+        """Whether the up worker at ``position`` is one a spill may go to."""
+        return position not in self._out
+
+    def keep(self, values: Sequence[T]) -> list[T]:
+        """``values`` (one per up worker, in order) without the excluded positions."""
+        if len(self.excluded) <= _FEW:
+            kept = list(values)
+            for position in reversed(self.excluded):
+                del kept[position]
+            return kept
+        if self._mask is None:
+            self._mask = [True] * len(values)
+            for position in self.excluded:
+                self._mask[position] = False
+        return list(compress(values, self._mask))
 
 
-def _picked(values: list[int], positions: list[int]) -> list[int]:
-    """``values`` at ``positions``, as a list."""
-    return _picker(positions)(values)
+_FEW = 64  # up to this many excluded workers a spill deletes them; past it, filters
 
 
-def _picker(positions: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
-    """A function that takes the items at ``positions`` of a sequence, as a list: one
-    C-level pass (``operator.itemgetter``), which a fleet of 1,024 workers needs."""
-    if len(positions) == 1:
-        only = positions[0]
+def _aligner(index: list[int], dense: bool) -> Callable[[list[Any]], list[Any]]:
+    """A function that copies a list by worker index into the order of the up workers
+    at ``index`` (one C-level pass: a fleet may have 1,024 workers)."""
+    if dense:
+        return list.copy
+    if len(index) == 1:
+        only = index[0]
         return lambda values: [values[only]]
-    if not positions:
+    if not index:
         return lambda values: []
-    get = itemgetter(*positions)
+    get = itemgetter(*index)
     return lambda values: list(get(values))
