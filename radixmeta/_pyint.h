@@ -55,8 +55,9 @@ static inline Py_ssize_t rm_exact_tokens(PyObject* const* items, Py_ssize_t n, u
   // vocabulary), read without a call or a branch on the value. Size 0 is the int 0.
   for (; i < n; ++i) {
     PyObject* o = items[i];
+    if (Py_TYPE(o) != &PyLong_Type) break;  // first: only an int has a size to read
     const Py_ssize_t size = Py_SIZE(o);
-    if (Py_TYPE(o) != &PyLong_Type || (size_t)size > 1) break;
+    if ((size_t)size > 1) break;
     dst[i] = (uint32_t)((PyLongObject*)o)->ob_digit[0] & (0u - (uint32_t)size);
   }
 #endif
