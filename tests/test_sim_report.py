@@ -153,6 +153,24 @@ def test_a_printed_capacity_parses_back(capacity: int | None) -> None:
     assert parse_capacity(report.format_capacity(capacity)) == capacity
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("abc", "not a number of tokens"),
+        ("nan", "not a number of tokens"),
+        ("", "not a number of tokens"),
+        ("0", "whole number of tokens >= 1"),
+        ("-3k", "whole number of tokens >= 1"),
+        ("0.5", "whole number of tokens >= 1"),
+        ("1.2345k", "whole number of tokens >= 1"),
+        ("1e400", "past any pool"),
+    ],
+)
+def test_a_bad_capacity_is_refused_with_the_reason(text: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        parse_capacity(text)
+
+
 def test_capacities_print_short_in_the_table_and_the_captions() -> None:
     runs = [summary(capacity=1_000_000), summary("round_robin", capacity=1_500_000)]
     text = "\n".join(report.table_lines(runs, "policy,capacity"))
