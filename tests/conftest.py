@@ -19,12 +19,24 @@ from hypothesis import HealthCheck, Verbosity, settings
 from radixmeta import _reference
 
 # -- hypothesis profiles -------------------------------------------------------------------
-# ``dev`` is quick for local runs; CI sets HYPOTHESIS_PROFILE=ci. No profile has a
-# deadline: wall-clock limits would make the suite flaky on a loaded 2-core runner.
+# ``dev`` is quick for local runs; CI sets HYPOTHESIS_PROFILE=ci (``sanitize`` on the
+# sanitizer build). No profile has a deadline: wall-clock limits would make the suite
+# flaky on a loaded 2-core runner.
 settings.register_profile("dev", max_examples=30, stateful_step_count=30, deadline=None)
 settings.register_profile(
     "ci",
     max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# The sanitizer stage of .ci/run: the same machines on a much slower build. The ci
+# profile's 200 examples already ran on the optimised build; here the aim is memory errors
+# on every path, which a quarter of the examples at full length still walks.
+settings.register_profile(
+    "sanitize",
+    max_examples=50,
     stateful_step_count=50,
     deadline=None,
     print_blob=True,
