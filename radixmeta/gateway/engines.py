@@ -1,0 +1,356 @@
+"""The engines behind the gateway: their router workers, health, breakers and loads.
+
+:class:`Fleet` owns the :class:`~radixmeta.Router` and one :class:`Engine` per URL. It
+adds and removes engines at run time (a router worker per data-parallel rank, and a KV-event
+subscription for an engine that has an events endpoint), checks each engine's ``/health``
+and scrapes its ``/metrics`` for load, and keeps a circuit breaker per engine whose state
+is what the router's up and down marks follow.
+
+Everything here runs on the gateway's event loop, except the router's own background
+thread, which receives and replays the KV events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from radixmeta import policies
+from radixmeta._workers import WorkerId
+from radixmeta.errors import InvalidInputError, StaleWorkerError
+from radixmeta.gateway.breaker import CircuitBreaker
+from radixmeta.gateway.config import DEFAULT_CAPACITY, GatewayConfig, WorkerSpec
+from radixmeta.gateway.loads import parse_loads
+from radixmeta.gateway.metrics import GatewayMetrics
+from radixmeta.gateway.policy import Avoiding
+from radixmeta.router import Router
+from radixmeta.subscription import FleetSubscription, WorkerEndpoint
+
+__all__ = ["DuplicateEngineError", "Engine", "Fleet"]
+
+logger = logging.getLogger("radixmeta.gateway")
+
+
+class DuplicateEngineError(InvalidInputError):
+    """An engine of that name or URL is behind the gateway already (a 409)."""
+
+
+@dataclass
+class Engine:
+    """One engine (one URL) behind the gateway.
+
+    Attributes
+    ----------
+    spec : WorkerSpec
+    workers : list of WorkerId
+        Its router workers, one per data-parallel rank.
+    breaker : CircuitBreaker
+    subscription : FleetSubscription or None
+        Its KV-event stream, for an exact engine.
+    models : list of dict
+        What its ``/v1/models`` listed (the first healthy check fetches it).
+    """
+
+    spec: WorkerSpec
+    workers: list[WorkerId]
+    breaker: CircuitBreaker
+    subscription: FleetSubscription | None = None
+    models: list[dict[str, Any]] = field(default_factory=list)
+    removed: bool = False
+
+    @property
+    def up(self) -> bool:
+        """Whether the breaker lets it take traffic."""
+        return self.breaker.state == "closed"
+
+    def as_dict(self, router: Router) -> dict[str, Any]:
+        """Its spec, state and per-rank loads, as ``GET /workers`` shows them."""
+        ranks = []
+        for w in self.workers:
+            try:
+                load = router.load(w)
+            except StaleWorkerError:
+                continue
+            reported = load.reported
+            ranks.append(
+                {
+                    "dp_rank": w.dp_rank,
+                    "up": load.up,
+                    "requests": load.requests,
+                    "prefill_tokens": load.prefill_tokens,
+                    "decode_tokens": load.decode_tokens,
+                    "queue_length": None if reported is None else reported.queue_length,
+                    "running": None if reported is None else reported.running,
+                    "kv_usage": None if reported is None else reported.kv_usage,
+                    "held_tokens": router.tree.held_tokens(w),
+                }
+            )
+        return {
+            **self.spec.as_dict(),
+            "state": self.breaker.state,
+            "consecutive_failures": self.breaker.failures,
+            "models": [m.get("id") for m in self.models],
+            "ranks": ranks,
+        }
+
+
+class Fleet:
+    """The router and the engines it routes to.
+
+    Parameters
+    ----------
+    config : GatewayConfig
+    client : httpx.AsyncClient
+        The pooled client for health checks and load scrapes.
+    metrics : GatewayMetrics
+
+    Notes
+    -----
+    The router is in exact mode when any engine at start has an events endpoint, else in
+    approximate mode; an engine added later must be of the same kind (the Router keeps
+    one mode for all its workers).
+    """
+
+    def __init__(
+        self, config: GatewayConfig, client: httpx.AsyncClient, metrics: GatewayMetrics
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.metrics = metrics
+        exact = [w.exact for w in config.workers]
+        if exact and any(exact) and not all(exact):
+            msg = (
+                "engines with and without an events endpoint cannot share one router yet: "
+                "give every engine events=..., or none"
+            )
+            raise InvalidInputError(msg)
+        self.mode = "exact" if any(exact) else "approximate"
+        self.policy = Avoiding(policies.create(config.policy))
+        self.router = Router(config.page_size, policy=self.policy, mode=self.mode)
+        self.engines: dict[str, Engine] = {}
+        self._by_index: dict[int, Engine] = {}  # router worker index -> its engine
+        self._tasks: list[asyncio.Task[None]] = []
+        self.lora_models: frozenset[str] = frozenset()
+
+    # -- membership -----------------------------------------------------------------------
+    def add(self, spec: WorkerSpec) -> Engine:
+        """Put an engine behind the router (down until its first health check passes).
+
+        Raises
+        ------
+        DuplicateEngineError
+            Its name or URL is taken.
+        InvalidInputError
+            Its kind (events or none) is not the router's mode.
+        """
+        if spec.exact != (self.mode == "exact"):
+            kind = "an events endpoint" if self.mode == "exact" else "no events endpoint"
+            msg = f"engine {spec.url}: this gateway's engines have {kind}; so must a new one"
+            raise InvalidInputError(msg)
+        for e in self.engines.values():
+            if spec.name == e.spec.name or spec.url == e.spec.url:
+                msg = f"engine {spec.name} ({spec.url}) is behind the gateway already"
+                raise DuplicateEngineError(msg)
+        config = self.config
+        capacity = None
+        if not spec.exact:
+            capacity = spec.capacity if spec.capacity is not None else DEFAULT_CAPACITY
+        workers = []
+        try:
+            for rank in range(spec.dp_size):
+                workers.append(self.router.add_worker(spec.name, rank, capacity=capacity))
+            subscription = None
+            if spec.exact:
+                assert spec.events is not None
+                endpoint = WorkerEndpoint(spec.name, spec.events, spec.replay, spec.dp_size)
+                subscription = self.router.subscribe([endpoint], codec=spec.codec)
+        except BaseException:
+            for w in workers:
+                self.router.remove_worker(w)
+            raise
+        # Down until a health check passes: traffic waits for the engine to answer.
+        breaker = CircuitBreaker(
+            config.failures_to_open,
+            config.open_seconds,
+            config.max_open_seconds,
+            start_open=True,
+        )
+        engine = Engine(spec, workers, breaker, subscription)
+        for w in workers:
+            self.router.mark_down(w)
+            self._by_index[w.index] = engine
+        self.engines[spec.name] = engine
+        self.metrics.engine_up.labels(spec.name).set(0)
+        return engine
+
+    def remove(self, name: str) -> Engine:
+        """Take an engine out: its router workers, requests in flight and event stream.
+
+        Raises
+        ------
+        KeyError
+            No engine of that name (or URL).
+        """
+        engine = self.find(name)
+        engine.removed = True
+        del self.engines[engine.spec.name]
+        for w in engine.workers:
+            self._by_index.pop(w.index, None)
+            self.router.remove_worker(w)
+        # The Router on this branch cannot detach one subscription (it polls each until
+        # it closes): the stream stays open, its records for the removed worker counted
+        # as an unknown worker's, and closes with the router.
+        self.metrics.forget(engine.spec.name)
+        return engine
+
+    def find(self, name: str) -> Engine:
+        """The engine named ``name``, or served at URL ``name``."""
+        engine = self.engines.get(name)
+        if engine is None:
+            for e in self.engines.values():
+                if e.spec.url == name.rstrip("/"):
+                    return e
+            msg = f"no engine {name!r} behind the gateway"
+            raise KeyError(msg)
+        return engine
+
+    def engine_of(self, worker: WorkerId) -> Engine | None:
+        """The engine of a router worker (None once removed)."""
+        return self._by_index.get(worker.index)
+
+    @property
+    def up_count(self) -> int:
+        return sum(1 for e in self.engines.values() if e.up)
+
+    # -- health ---------------------------------------------------------------------------
+    def succeeded(self, engine: Engine) -> None:
+        """A request or check reached the engine: close its breaker (mark it up)."""
+        if engine.breaker.success() and not engine.removed:
+            for w in engine.workers:
+                self.router.mark_up(w)
+            self.metrics.engine_up.labels(engine.spec.name).set(1)
+            logger.info("engine %s is up", engine.spec.name)
+
+    def failed(self, engine: Engine, kind: str) -> None:
+        """A request or check failed on the engine: count it; K in a row take it down."""
+        self.metrics.upstream_errors.labels(engine.spec.name, kind).inc()
+        was_up = engine.up
+        if engine.breaker.failure() and was_up and not engine.removed:
+            for w in engine.workers:
+                self.router.mark_down(w)
+            self.metrics.engine_up.labels(engine.spec.name).set(0)
+            logger.warning("engine %s is down (%s)", engine.spec.name, kind)
+
+    async def check(self, engine: Engine) -> bool:
+        """One health check: ``GET /health`` (and ``/v1/models`` until known)."""
+        timeout = httpx.Timeout(self.config.connect_timeout * 2)
+        try:
+            response = await self.client.get(engine.spec.url + "/health", timeout=timeout)
+            healthy = response.status_code == 200
+            if healthy and not engine.models:
+                models = await self.client.get(engine.spec.url + "/v1/models", timeout=timeout)
+                if models.status_code == 200:
+                    data = models.json().get("data")
+                    engine.models = [m for m in data if isinstance(m, dict)] if data else []
+                    self._learn_lora()
+        except (httpx.HTTPError, ValueError, AttributeError):
+            healthy = False
+        if healthy:
+            self.succeeded(engine)
+        else:
+            self.failed(engine, "health")
+        return healthy
+
+    def _learn_lora(self) -> None:
+        """LoRA adapters the engines serve: vLLM lists each with its base as ``parent``."""
+        self.lora_models = frozenset(
+            str(m["id"])
+            for e in self.engines.values()
+            for m in e.models
+            if m.get("parent") and m.get("id") != m.get("parent")
+        )
+
+    async def check_all(self, engines: Iterable[Engine] | None = None) -> None:
+        """Health-check the engines due: every closed one, and open ones whose wait is over."""
+        due = []
+        for e in list(self.engines.values()) if engines is None else engines:
+            if e.breaker.state == "open" and not e.breaker.try_half_open():
+                continue
+            due.append(self.check(e))
+        if due:
+            await asyncio.gather(*due)
+
+    async def scrape(self, engine: Engine) -> None:
+        """Read the engine's ``/metrics`` and report each rank's load to the router."""
+        try:
+            response = await self.client.get(
+                engine.spec.url + "/metrics", timeout=httpx.Timeout(self.config.connect_timeout)
+            )
+            if response.status_code != 200:
+                self.metrics.load_scrape_errors.labels(engine.spec.name).inc()
+                return
+            loads = parse_loads(response.text)
+        except (httpx.HTTPError, ValueError):
+            self.metrics.load_scrape_errors.labels(engine.spec.name).inc()
+            return
+        if engine.removed:
+            return
+        for w in engine.workers:
+            load = loads.get(w.dp_rank)
+            if load is not None:
+                try:
+                    self.router.report_load(
+                        w,
+                        queue_length=load.queue_length,
+                        kv_usage=load.kv_usage,
+                        running=load.running,
+                    )
+                except StaleWorkerError:  # removed meanwhile
+                    return
+
+    # -- background -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the router's event thread and the health, load and expiry loops."""
+        if self.mode == "exact":
+            self.router.start(interval=0.002)
+        config = self.config
+        loops = [(min(60.0, config.expire_after), self._expire)]
+        if config.health_interval > 0:
+            loops.append((config.health_interval, self.check_all))
+        if config.load_interval > 0:
+            loops.append((config.load_interval, self._scrape_all))
+        for interval, job in loops:
+            self._tasks.append(asyncio.create_task(self._every(interval, job)))
+
+    async def _scrape_all(self) -> None:
+        engines = [e for e in self.engines.values() if e.up]
+        if engines:
+            await asyncio.gather(*(self.scrape(e) for e in engines))
+
+    async def _expire(self) -> None:
+        self.router.expire(self.config.expire_after)
+
+    @staticmethod
+    async def _every(interval: float, job: Any) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await job()
+            except Exception:  # a loop of the gateway never dies of one bad turn
+                logger.exception("gateway background job failed")
+
+    async def close(self) -> None:
+        """Stop the loops, the router's thread and its subscriptions (bounded)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await asyncio.to_thread(self.router.close, 5.0)
