@@ -419,6 +419,7 @@ class _Relay(Response):
         gateway, router = self.gateway, self.gateway.fleet.router
         events = 0
         ttft: float | None = None
+        finished = False  # [DONE] was relayed
         outcome = "done"
         try:
             await send(
@@ -430,7 +431,8 @@ class _Relay(Response):
                     while (await receive())["type"] != "http.disconnect":
                         pass
                     nonlocal outcome
-                    outcome = "disconnect"
+                    # A client that leaves once it has [DONE] had the whole answer.
+                    outcome = "done" if finished else "disconnect"
                     group.cancel_scope.cancel()
 
                 group.start_soon(watch)
@@ -443,7 +445,9 @@ class _Relay(Response):
                                 with contextlib.suppress(UnknownRequestError):
                                     router.prefill_done(self.rid)
                                 gateway.metrics.ttft.labels(self.endpoint).observe(ttft)
-                            events += found - chunk.count(b"data: [DONE]")
+                            done = chunk.count(b"data: [DONE]")
+                            events += found - done
+                            finished = finished or bool(done)
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 except httpx.HTTPError as exc:
                     outcome = "upstream_error"
@@ -458,12 +462,12 @@ class _Relay(Response):
                     data = b"data: " + json.dumps(error).encode() + b"\n\n"
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                 except OSError:  # the client's socket went away under a send
-                    outcome = "disconnect"
+                    outcome = "done" if finished else "disconnect"
                 if outcome != "disconnect":
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 group.cancel_scope.cancel()
         except OSError:
-            outcome = "disconnect"
+            outcome = "done" if finished else "disconnect"
         finally:
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()  # a client gone: this cancels the engine's work

@@ -27,8 +27,6 @@ class CircuitBreaker:
     max_open_seconds : float
         The longest wait (each failed trial doubles it).
     clock : callable, default time.monotonic
-    start_open : bool, default False
-        Start open, with the first trial due at once (an engine not checked yet).
 
     Examples
     --------
@@ -52,7 +50,6 @@ class CircuitBreaker:
         max_open_seconds: float,
         *,
         clock: Callable[[], float] = time.monotonic,
-        start_open: bool = False,
     ) -> None:
         self.failures_to_open = failures_to_open
         self.open_seconds = open_seconds
@@ -60,17 +57,15 @@ class CircuitBreaker:
         self._clock = clock
         self.failures = 0  # consecutive
         self.opens = 0  # times it opened, for the metrics
-        # Open from the start (a new engine, until its first check): the first trial
-        # is due at once.
-        self.state = "open" if start_open else "closed"
-        self.wait = 0.0 if start_open else open_seconds
-        self.opened_at = clock()
+        self.state = "closed"
+        self.wait = open_seconds
+        self.opened_at = 0.0
 
     def failure(self) -> bool:
         """Count a failure; returns True when this one opened the breaker (or kept it open)."""
         self.failures += 1
         if self.state == "half-open":
-            self.wait = min(max(self.wait * 2, self.open_seconds), self.max_open_seconds)
+            self.wait = min(self.wait * 2, self.max_open_seconds)
             self._open()
             return True
         if self.state == "closed" and self.failures >= self.failures_to_open:

@@ -55,6 +55,15 @@ class Engine:
         Its KV-event stream, for an exact engine.
     models : list of dict
         What its ``/v1/models`` listed (the first healthy check fetches it).
+    healthy : bool
+        Whether its last ``/health`` check passed.
+
+    Notes
+    -----
+    Requests and health checks feed the breaker differently: a request's outcome
+    counts either way, a failed check counts as a failure, and a passing check only
+    says the engine is healthy (an engine whose ``/health`` answers while its requests
+    fail stays open until a request succeeds, without flapping).
     """
 
     spec: WorkerSpec
@@ -62,12 +71,14 @@ class Engine:
     breaker: CircuitBreaker
     subscription: FleetSubscription | None = None
     models: list[dict[str, Any]] = field(default_factory=list)
+    healthy: bool = False  # its last health check passed (none yet: False)
+    marked_up: bool = False  # what the router was last told
     removed: bool = False
 
     @property
     def up(self) -> bool:
-        """Whether the breaker lets it take traffic."""
-        return self.breaker.state == "closed"
+        """Whether it may take traffic: healthy, and its breaker not open."""
+        return self.healthy and self.breaker.state != "open"
 
     def as_dict(self, router: Router) -> dict[str, Any]:
         """Its spec, state and per-rank loads, as ``GET /workers`` shows them."""
@@ -93,7 +104,9 @@ class Engine:
             )
         return {
             **self.spec.as_dict(),
-            "state": self.breaker.state,
+            "healthy": self.healthy,
+            "breaker": self.breaker.state,
+            "up": self.up,
             "consecutive_failures": self.breaker.failures,
             "models": [m.get("id") for m in self.models],
             "ranks": ranks,
@@ -174,15 +187,11 @@ class Fleet:
             for w in workers:
                 self.router.remove_worker(w)
             raise
-        # Down until a health check passes: traffic waits for the engine to answer.
         breaker = CircuitBreaker(
-            config.failures_to_open,
-            config.open_seconds,
-            config.max_open_seconds,
-            start_open=True,
+            config.failures_to_open, config.open_seconds, config.max_open_seconds
         )
         engine = Engine(spec, workers, breaker, subscription)
-        for w in workers:
+        for w in workers:  # down until its first health check passes
             self.router.mark_down(w)
             self._by_index[w.index] = engine
         self.engines[spec.name] = engine
@@ -229,23 +238,37 @@ class Fleet:
         return sum(1 for e in self.engines.values() if e.up)
 
     # -- health ---------------------------------------------------------------------------
-    def succeeded(self, engine: Engine) -> None:
-        """A request or check reached the engine: close its breaker (mark it up)."""
-        if engine.breaker.success() and not engine.removed:
-            for w in engine.workers:
+    def _sync(self, engine: Engine) -> None:
+        """Tell the router when the engine's up state changed."""
+        up = engine.up
+        if up == engine.marked_up or engine.removed:
+            return
+        engine.marked_up = up
+        for w in engine.workers:
+            if up:
                 self.router.mark_up(w)
-            self.metrics.engine_up.labels(engine.spec.name).set(1)
+            else:
+                self.router.mark_down(w)
+        self.metrics.engine_up.labels(engine.spec.name).set(1 if up else 0)
+        if up:
             logger.info("engine %s is up", engine.spec.name)
+        else:
+            logger.warning(
+                "engine %s is down (healthy=%s, breaker %s)",
+                engine.spec.name, engine.healthy, engine.breaker.state,
+            )
+
+    def succeeded(self, engine: Engine) -> None:
+        """A request reached the engine and was answered: close its breaker."""
+        if engine.breaker.state != "closed" or engine.breaker.failures:
+            engine.breaker.success()
+            self._sync(engine)
 
     def failed(self, engine: Engine, kind: str) -> None:
-        """A request or check failed on the engine: count it; K in a row take it down."""
+        """A request or check failed on the engine: count it; K in a row open the breaker."""
         self.metrics.upstream_errors.labels(engine.spec.name, kind).inc()
-        was_up = engine.up
-        if engine.breaker.failure() and was_up and not engine.removed:
-            for w in engine.workers:
-                self.router.mark_down(w)
-            self.metrics.engine_up.labels(engine.spec.name).set(0)
-            logger.warning("engine %s is down (%s)", engine.spec.name, kind)
+        engine.breaker.failure()
+        self._sync(engine)
 
     async def check(self, engine: Engine) -> bool:
         """One health check: ``GET /health`` (and ``/v1/models`` until known)."""
@@ -261,8 +284,9 @@ class Fleet:
                     self._learn_lora()
         except (httpx.HTTPError, ValueError, AttributeError):
             healthy = False
+        engine.healthy = healthy
         if healthy:
-            self.succeeded(engine)
+            self._sync(engine)
         else:
             self.failed(engine, "health")
         return healthy
@@ -277,14 +301,13 @@ class Fleet:
         )
 
     async def check_all(self, engines: Iterable[Engine] | None = None) -> None:
-        """Health-check the engines due: every closed one, and open ones whose wait is over."""
-        due = []
-        for e in list(self.engines.values()) if engines is None else engines:
-            if e.breaker.state == "open" and not e.breaker.try_half_open():
-                continue
-            due.append(self.check(e))
-        if due:
-            await asyncio.gather(*due)
+        """Health-check the engines; an open breaker whose wait is over goes half-open
+        (the engine takes traffic again, and its next request decides)."""
+        chosen = list(self.engines.values()) if engines is None else list(engines)
+        for e in chosen:
+            e.breaker.try_half_open()
+        if chosen:
+            await asyncio.gather(*(self.check(e) for e in chosen))
 
     async def scrape(self, engine: Engine) -> None:
         """Read the engine's ``/metrics`` and report each rank's load to the router."""

@@ -1,0 +1,241 @@
+"""The gateway when things go wrong, with real parts: engines that fail, hang, die, come
+and go, events lost and replayed, no engine at all, and keys.
+
+Each test builds its own small fleet (stand-in processes, the gateway under uvicorn) and
+closes it within the test's bound.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+pytest.importorskip("uvicorn", reason="the gateway extra (uvicorn) is not installed")
+openai = pytest.importorskip("openai", reason="the openai client is not installed")
+
+from _gateway import ServedGateway, Standin, config, wait_for  # noqa: E402
+from _ports import free_port_block  # noqa: E402
+
+from radixmeta.gateway import WorkerSpec  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+LONG = "A shared system prompt that is long enough to be worth routing by. " * 30
+
+
+def _post(url, prompt="hello", **body):
+    return httpx.post(url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2, **body},
+                      timeout=15)
+
+
+def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down():
+    with Standin() as engine, ServedGateway(config(engine.spec(), failures_to_open=2)) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        engine.control(fail_status=500)
+        for _ in range(2):
+            r = _post(gw.url)
+            assert r.status_code == 500
+            assert r.json() == {"error": {"message": "injected failure",
+                                          "type": "InternalServerError", "code": 500}}
+            assert r.headers["x-radixmeta-worker"] == engine.url
+        # Two failures in a row: the breaker is open, no engine is up.
+        assert gw.gateway.fleet.up_count == 0
+        r = _post(gw.url)
+        assert r.status_code == 503
+        assert r.json()["error"]["type"] == "service_unavailable"
+        assert httpx.get(gw.url + "/health").status_code == 503
+        # It recovers: its /health still answers, so the half-open check closes the breaker.
+        engine.control(fail_status=None)
+        wait_for(lambda: gw.gateway.fleet.up_count == 1, timeout=10)
+        assert _post(gw.url).status_code == 200
+        text = httpx.get(gw.url + "/metrics").text
+        errors = f'upstream_errors_total{{kind="status",worker="{engine.url}"}} 2.0'
+        assert "radixmeta_gateway_" + errors in text
+        assert gw.router.in_flight == 0
+
+
+def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_traffic_moves():
+    with (
+        Standin() as a, Standin() as b,
+        ServedGateway(config(a.spec(), b.spec(), failures_to_open=1)) as gw,
+    ):
+        wait_for(lambda: gw.gateway.fleet.up_count == 2)
+        for e in (a, b):
+            e.control(token_interval=0.1)
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=15)
+        try:
+            stream = client.completions.create(
+                model="m", prompt="tell me a story", max_tokens=100, stream=True
+            )
+            got = []
+            with pytest.raises(openai.APIError, match="failed mid-stream"):
+                for chunk in stream:
+                    got.append(chunk.choices[0].text)
+                    if len(got) == 2:
+                        busy = gw.router.load(gw.gateway.fleet.find(a.url).workers[0])
+                        victim = a if busy.requests else b
+                        victim.kill()
+            assert 2 <= len(got) < 100
+            survivor = b if victim is a else a
+            wait_for(lambda: gw.router.in_flight == 0)
+            # Down after one failure (K=1): the next requests go to the survivor. One
+            # sent before the breaker saw the death would be retried on it too.
+            for _ in range(3):
+                r = _post(gw.url)
+                assert r.status_code == 200
+                assert r.headers["x-radixmeta-worker"] == survivor.url
+        finally:
+            client.close()
+
+
+def test_an_engine_that_fails_before_the_first_byte_is_retried_on_another():
+    # Health checks only at start: the death below is found by requests alone.
+    with (
+        Standin() as alive, Standin() as dead,
+        ServedGateway(config(alive.spec(), dead.spec(), health_interval=0)) as gw,
+    ):
+        wait_for(lambda: gw.gateway.fleet.up_count == 2)
+        dead.kill()
+        seen = set()
+        for i in range(6):
+            r = _post(gw.url, prompt=f"retry me {i}")
+            assert r.status_code == 200
+            seen.add(r.headers["x-radixmeta-worker"])
+        assert seen == {alive.url}
+        registry = gw.gateway.metrics.registry
+        assert registry.get_sample_value("radixmeta_gateway_retries_total") >= 1
+        # Three connection failures in a row opened its breaker.
+        assert not gw.gateway.fleet.find(dead.url).up
+        assert gw.router.in_flight == 0
+
+
+def test_a_slow_engine_times_out_and_the_request_goes_to_another():
+    with Standin() as slow, Standin() as quick:
+        cfg = config(slow.spec(), quick.spec(), request_timeout=0.5, failures_to_open=5)
+        with ServedGateway(cfg) as gw:
+            wait_for(lambda: gw.gateway.fleet.up_count == 2)
+            slow.control(delay=3.0)
+            for i in range(4):
+                r = _post(gw.url, prompt=f"hurry {i}")
+                assert r.status_code == 200
+                assert r.headers["x-radixmeta-worker"] == quick.url
+            text = httpx.get(gw.url + "/metrics").text
+            assert f'kind="timeout",worker="{slow.url}"' in text
+
+
+def test_a_single_slow_engine_gives_a_502_json_error():
+    with Standin() as slow, ServedGateway(config(slow.spec(), request_timeout=0.3)) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        slow.control(delay=2.0)
+        r = _post(gw.url)
+        assert r.status_code == 502
+        assert "failed before responding" in r.json()["error"]["message"]
+        assert gw.router.in_flight == 0
+
+
+def test_engines_added_and_removed_at_run_time():
+    with Standin() as a, Standin() as b, ServedGateway(config(a.spec())) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        added = httpx.post(gw.url + "/workers", json={"url": b.url, "events": b.events,
+                                                       "replay": b.replay, "name": "b"})
+        assert added.status_code == 201, added.text
+        assert added.json()["name"] == "b" and added.json()["up"] is True
+        listed = httpx.get(gw.url + "/workers").json()
+        assert [w["name"] for w in listed["workers"]] == [a.url, "b"]
+        seen = {_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-worker"]
+                for i in range(8)}
+        assert seen == {a.url, "b"}
+        # The same engine twice, a malformed one, one of the other kind.
+        def add(**kwargs):
+            return httpx.post(gw.url + "/workers", **kwargs).status_code
+
+        assert add(json={"url": b.url, "events": b.events}) == 409
+        assert add(json={"url": "nope"}) == 400
+        assert add(content=b"{") == 400
+        assert add(json={"url": "http://127.0.0.1:1"}) == 400
+        removed = httpx.delete(gw.url + "/workers/b")
+        assert removed.status_code == 200 and removed.json()["removed"]["name"] == "b"
+        assert httpx.delete(gw.url + "/workers/b").status_code == 404
+        seen = {_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-worker"]
+                for i in range(4)}
+        assert seen == {a.url}
+        assert [w.name for w in gw.router.workers] == [a.url]
+        # Removed by URL as well.
+        assert httpx.delete(gw.url + "/workers/" + a.url).status_code == 200
+        assert _post(gw.url).status_code == 503
+
+
+def test_no_engine_up_gives_503_json():
+    port = free_port_block(1)
+    with ServedGateway(config(WorkerSpec(f"http://127.0.0.1:{port}"))) as gw:
+        health = httpx.get(gw.url + "/health")
+        assert health.status_code == 503 and health.json()["engines_up"] == 0
+        r = _post(gw.url)
+        assert r.status_code == 503
+        assert r.json()["error"] == {
+            "message": "no engine is up: every worker is down",
+            "type": "service_unavailable",
+            "code": 503,
+        }
+
+
+def test_api_and_admin_keys():
+    with Standin() as engine:
+        cfg = config(engine.spec(), api_key="data-key", admin_key="admin-key")
+        with ServedGateway(cfg) as gw:
+            wait_for(lambda: gw.gateway.fleet.up_count == 1)
+            assert _post(gw.url).status_code == 401
+            wrong = {"authorization": "Bearer nope"}
+            assert httpx.post(gw.url + "/v1/completions", json={"prompt": "a"},
+                              headers=wrong).status_code == 401
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="data-key", max_retries=0)
+            try:
+                assert client.completions.create(model="m", prompt="a", max_tokens=1).choices
+                with pytest.raises(openai.AuthenticationError):
+                    openai.OpenAI(base_url=gw.url + "/v1", api_key="bad", max_retries=0
+                                  ).models.list()
+            finally:
+                client.close()
+            data = {"authorization": "Bearer data-key"}
+            admin = {"authorization": "Bearer admin-key"}
+            assert httpx.get(gw.url + "/workers", headers=data).status_code == 401
+            assert httpx.get(gw.url + "/workers", headers=admin).status_code == 200
+            assert httpx.delete(gw.url + "/workers/x", headers=data).status_code == 401
+            # Probes need no key.
+            assert httpx.get(gw.url + "/health").status_code == 200
+            assert httpx.get(gw.url + "/metrics").status_code == 200
+
+
+def test_events_lost_before_the_gateway_subscribed_are_replayed():
+    """The engine served requests with nobody listening; the gateway's first batch shows
+    a gap, and the engine's replay socket fills it: the router holds what the engine holds."""
+    with Standin() as engine:
+        for i in range(5):
+            assert _post(engine.url, prompt=LONG + f"before {i}").status_code == 200
+        with ServedGateway(config(engine.spec())) as gw:
+            wait_for(lambda: gw.gateway.fleet.up_count == 1)
+            worker = gw.gateway.fleet.find(engine.url).workers[0]
+            assert gw.router.tree.held_tokens(worker) == 0  # nothing live came yet
+            assert _post(engine.url, prompt="a live batch").status_code == 200  # seq 5
+            held = engine.stats()["cache_tokens"]
+            wait_for(lambda: gw.router.tree.held_tokens(worker) == held, timeout=10)
+            stats = gw.router.replayer.stats
+            assert stats.replays_requested >= 1
+            r = _post(gw.url, prompt=LONG + "after")
+            assert int(r.headers["x-radixmeta-matched"]) >= len(LONG) - 4
+
+
+def test_approximate_engines_are_routed_on_the_gateways_own_marks():
+    with (
+        Standin(events=False) as a, Standin(events=False) as b,
+        ServedGateway(config(a.spec(capacity=100_000), b.spec())) as gw,
+    ):
+        assert gw.gateway.fleet.mode == "approximate"
+        wait_for(lambda: gw.gateway.fleet.up_count == 2)
+        first = _post(gw.url, prompt=LONG + "one")
+        second = _post(gw.url, prompt=LONG + "two")
+        assert second.headers["x-radixmeta-worker"] == first.headers["x-radixmeta-worker"]
+        assert int(second.headers["x-radixmeta-matched"]) >= len(LONG) - 4
+        # And the engine agrees: it had the prefix cached.
+        cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached == int(second.headers["x-radixmeta-matched"])
