@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Gateway", "GatewayConfig", "WorkerSpec", "create_app", "load_workers", "require"]
 
-_EXTRA = ("httpx", "starlette", "uvicorn", "anyio")
+_EXTRA = ("aiohttp", "starlette", "uvicorn", "anyio")
 
 
 def require() -> None:

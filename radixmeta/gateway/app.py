@@ -24,8 +24,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -44,6 +44,7 @@ from radixmeta.gateway.config import GatewayConfig, WorkerSpec
 from radixmeta.gateway.engines import DuplicateEngineError, Engine, Fleet
 from radixmeta.gateway.metrics import GatewayMetrics
 from radixmeta.gateway.tokenize import Tokenizer, load_tokenizer, namespace_of, prompt_of
+from radixmeta.gateway.upstream import MID_STREAM_ERRORS, UpstreamError
 
 __all__ = ["Gateway", "create_app"]
 
@@ -51,17 +52,9 @@ logger = logging.getLogger("radixmeta.gateway")
 request_log = logging.getLogger("radixmeta.gateway.requests")
 
 _JSON = msgspec.json.Decoder()
-# Engine failures before the first byte: the request may go to another engine.
-_BEFORE_FIRST_BYTE: tuple[tuple[type[Exception], str], ...] = (
-    (httpx.ConnectError, "connect"),
-    (httpx.ConnectTimeout, "connect"),
-    (httpx.PoolTimeout, "pool"),
-    (httpx.TimeoutException, "timeout"),
-    (httpx.TransportError, "transport"),
-)
 # Headers of the engine's response that the gateway passes on (the rest are hop-by-hop
 # or recomputed by the server).
-_PASS_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
+_PASS_HEADERS = ("content-type", "content-encoding", "x-request-id", "openai-processing-ms")
 
 
 class _Usage(msgspec.Struct):
@@ -82,13 +75,6 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"message": message, "type": kind, "code": status}}, status_code=status
     )
-
-
-def _kind(exc: Exception) -> str:
-    for cls, kind in _BEFORE_FIRST_BYTE:
-        if isinstance(exc, cls):
-            return kind
-    return "transport"
 
 
 def _output_tokens(content: bytes) -> int:
@@ -127,11 +113,7 @@ class Gateway:
         self.config = config
         self.tokenizer = load_tokenizer(config.tokenizer) if tokenizer is None else tokenizer
         self.metrics = GatewayMetrics()
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.request_timeout, connect=config.connect_timeout),
-            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=512),
-        )
-        self.fleet = Fleet(config, self.client, self.metrics)
+        self.fleet = Fleet(config, self.metrics)
         for spec in config.workers:
             self.fleet.add(spec)
         self._ids = map(f"gw-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
@@ -164,12 +146,11 @@ class Gateway:
             await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the loops, the router and the pooled client (idempotent, bounded)."""
+        """Stop the loops, the router and the engines' clients (idempotent, bounded)."""
         if self._closed:
             return
         self._closed = True
         await self.fleet.close()
-        await self.client.aclose()
 
     # -- auth ---------------------------------------------------------------------------
     @staticmethod
@@ -235,17 +216,13 @@ class Gateway:
             headers = {"content-type": "application/json", "x-request-id": rid}
             if engine.spec.dp_size > 1:
                 headers["x-data-parallel-rank"] = str(decision.worker.dp_rank)
-            upstream_request = self.client.build_request(
-                "POST", engine.spec.url + path, content=raw, headers=headers
-            )
             try:
-                upstream = await self.client.send(upstream_request, stream=True)
-            except httpx.HTTPError as exc:
+                upstream = await self.fleet.upstream.post(engine.spec.url + path, raw, headers)
+            except UpstreamError as exc:
                 self._finish(rid)
-                self.fleet.failed(engine, _kind(exc))
+                self.fleet.failed(engine, exc.kind)
                 first_error = first_error or (
-                    f"engine {engine.spec.name} failed before responding: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"engine {engine.spec.name} failed before responding: {exc}"
                 )
                 avoid.add(engine.spec.name)
                 if attempt == 0:
@@ -254,7 +231,7 @@ class Gateway:
                 return _error(502, first_error, "upstream_error")
             break
         assert engine is not None  # each turn above returns, continues or breaks with one
-        status = upstream.status_code
+        status = upstream.status
         if status >= 500:
             self.fleet.failed(engine, "status")
         else:
@@ -276,16 +253,16 @@ class Gateway:
                 decision.matched,
             )
         try:
-            content = await upstream.aread()
-        except httpx.HTTPError as exc:
+            content = await upstream.read()
+        except MID_STREAM_ERRORS as exc:
+            upstream.close()
             self.fleet.failed(engine, "read")
             self._finish(rid)
             self._count(endpoint, engine, 502, started)
             return _error(
-                502, f"engine {engine.spec.name} failed mid-response: {exc}", "upstream_error"
+                502, f"engine {engine.spec.name} failed mid-response: {exc!r}", "upstream_error"
             )
-        finally:
-            await upstream.aclose()
+        upstream.release()
         self._finish(rid, _output_tokens(content) if status == 200 else 0)
         self._count(endpoint, engine, status, started)
         self._log(rid, endpoint, engine, decision.matched, tokens.size, status, started, None)
@@ -393,7 +370,7 @@ class _Relay(Response):
     def __init__(
         self,
         gateway: Gateway,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         engine: Engine,
         rid: str,
         headers: Mapping[str, str],
@@ -437,7 +414,7 @@ class _Relay(Response):
 
                 group.start_soon(watch)
                 try:
-                    async for chunk in self.upstream.aiter_raw():
+                    async for chunk in self.upstream.content.iter_any():
                         found = chunk.count(b"data:")
                         if found:
                             if ttft is None:
@@ -449,12 +426,13 @@ class _Relay(Response):
                             events += found - done
                             finished = finished or bool(done)
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                except httpx.HTTPError as exc:
+                except MID_STREAM_ERRORS as exc:
                     outcome = "upstream_error"
                     gateway.fleet.failed(self.engine, "read")
                     error = {
                         "error": {
-                            "message": f"engine {self.engine.spec.name} failed mid-stream: {exc}",
+                            "message": f"engine {self.engine.spec.name} failed mid-stream: "
+                            f"{exc!r}",
                             "type": "upstream_error",
                             "code": 502,
                         }
@@ -469,8 +447,10 @@ class _Relay(Response):
         except OSError:
             outcome = "done" if finished else "disconnect"
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.upstream.aclose()  # a client gone: this cancels the engine's work
+            if outcome == "done":
+                self.upstream.release()  # its connection goes back to the pool
+            else:
+                self.upstream.close()  # a client gone: closing cancels the engine's work
             if outcome == "disconnect":
                 gateway.metrics.disconnects.inc()
             gateway._finish(self.rid, events)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import msgspec
 
 from radixmeta import policies
 from radixmeta._workers import WorkerId
@@ -29,12 +29,22 @@ from radixmeta.gateway.config import DEFAULT_CAPACITY, GatewayConfig, WorkerSpec
 from radixmeta.gateway.loads import parse_loads
 from radixmeta.gateway.metrics import GatewayMetrics
 from radixmeta.gateway.policy import Avoiding
+from radixmeta.gateway.upstream import Upstream, UpstreamError
 from radixmeta.router import Router
 from radixmeta.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["DuplicateEngineError", "Engine", "Fleet"]
 
 logger = logging.getLogger("radixmeta.gateway")
+
+
+class _Models(msgspec.Struct):
+    """What the gateway reads of an engine's ``/v1/models``."""
+
+    data: list[Any] = []
+
+
+_MODELS = msgspec.json.Decoder(_Models)
 
 
 class DuplicateEngineError(InvalidInputError):
@@ -119,9 +129,15 @@ class Fleet:
     Parameters
     ----------
     config : GatewayConfig
-    client : httpx.AsyncClient
-        The pooled client for health checks and load scrapes.
     metrics : GatewayMetrics
+
+    Attributes
+    ----------
+    router : Router
+    upstream : Upstream
+        The pooled HTTP client to every engine.
+    engines : dict of str to Engine
+        By name.
 
     Notes
     -----
@@ -130,12 +146,10 @@ class Fleet:
     one mode for all its workers).
     """
 
-    def __init__(
-        self, config: GatewayConfig, client: httpx.AsyncClient, metrics: GatewayMetrics
-    ) -> None:
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
         self.config = config
-        self.client = client
         self.metrics = metrics
+        self.upstream = Upstream(config.request_timeout, config.connect_timeout)
         exact = [w.exact for w in config.workers]
         if exact and any(exact) and not all(exact):
             msg = (
@@ -272,17 +286,18 @@ class Fleet:
 
     async def check(self, engine: Engine) -> bool:
         """One health check: ``GET /health`` (and ``/v1/models`` until known)."""
-        timeout = httpx.Timeout(self.config.connect_timeout * 2)
+        timeout = self.config.connect_timeout * 2
+        url = engine.spec.url
         try:
-            response = await self.client.get(engine.spec.url + "/health", timeout=timeout)
-            healthy = response.status_code == 200
+            status, _ = await self.upstream.get(url + "/health", timeout)
+            healthy = status == 200
             if healthy and not engine.models:
-                models = await self.client.get(engine.spec.url + "/v1/models", timeout=timeout)
-                if models.status_code == 200:
-                    data = models.json().get("data")
-                    engine.models = [m for m in data if isinstance(m, dict)] if data else []
+                status, body = await self.upstream.get(url + "/v1/models", timeout)
+                if status == 200:
+                    data = _MODELS.decode(body).data
+                    engine.models = [m for m in data if isinstance(m, dict)]
                     self._learn_lora()
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (UpstreamError, msgspec.DecodeError):
             healthy = False
         engine.healthy = healthy
         if healthy:
@@ -312,14 +327,14 @@ class Fleet:
     async def scrape(self, engine: Engine) -> None:
         """Read the engine's ``/metrics`` and report each rank's load to the router."""
         try:
-            response = await self.client.get(
-                engine.spec.url + "/metrics", timeout=httpx.Timeout(self.config.connect_timeout)
+            status, body = await self.upstream.get(
+                engine.spec.url + "/metrics", self.config.connect_timeout
             )
-            if response.status_code != 200:
+            if status != 200:
                 self.metrics.load_scrape_errors.labels(engine.spec.name).inc()
                 return
-            loads = parse_loads(response.text)
-        except (httpx.HTTPError, ValueError):
+            loads = parse_loads(body.decode("utf-8", "replace"))
+        except (UpstreamError, ValueError):
             self.metrics.load_scrape_errors.labels(engine.spec.name).inc()
             return
         if engine.removed:
@@ -369,7 +384,7 @@ class Fleet:
                 logger.exception("gateway background job failed")
 
     async def close(self) -> None:
-        """Stop the loops, the router's thread and its subscriptions (bounded)."""
+        """Stop the loops, the router's thread and subscriptions, the client (bounded)."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -377,3 +392,4 @@ class Fleet:
                 await task
         self._tasks.clear()
         await asyncio.to_thread(self.router.close, 5.0)
+        await self.upstream.close()
