@@ -108,5 +108,8 @@ def serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        # Clients and load balancers keep connections open between requests; uvicorn's
+        # default of 5 s would close them under their feet.
+        timeout_keep_alive=65,
     )
     return 0
