@@ -239,3 +239,18 @@ def test_approximate_engines_are_routed_on_the_gateways_own_marks():
         # And the engine agrees: it had the prefix cached.
         cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert cached == int(second.headers["x-radixmeta-matched"])
+
+
+def test_a_data_parallel_engine_gets_the_rank_chosen():
+    with Standin(events=False) as engine:
+        spec = WorkerSpec(engine.url, dp_size=2, codec="sglang")
+        with ServedGateway(config(spec)) as gw:
+            wait_for(lambda: gw.gateway.fleet.up_count == 1)
+            assert [(w.name, w.dp_rank) for w in gw.router.workers] == [
+                (engine.url, 0), (engine.url, 1)]
+            ranks = [_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-dp-rank"]
+                     for i in range(6)]
+            assert set(ranks) == {"0", "1"}
+            # Each request told the engine its rank twice: the header and the body field.
+            hints = engine.stats()["rank_hints"]
+            assert hints == {r: 2 * ranks.count(r) for r in set(ranks)}

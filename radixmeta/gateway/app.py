@@ -52,6 +52,7 @@ logger = logging.getLogger("radixmeta.gateway")
 request_log = logging.getLogger("radixmeta.gateway.requests")
 
 _JSON = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder().encode
 # Headers of the engine's response that the gateway passes on (the rest are hop-by-hop
 # or recomputed by the server).
 _PASS_HEADERS = ("content-type", "content-encoding", "x-request-id", "openai-processing-ms")
@@ -214,10 +215,15 @@ class Gateway:
                 self._finish(rid)
                 return _error(503, "the chosen engine was removed", "service_unavailable")
             headers = {"content-type": "application/json", "x-request-id": rid}
+            payload = raw
             if engine.spec.dp_size > 1:
-                headers["x-data-parallel-rank"] = str(decision.worker.dp_rank)
+                # The rank chosen, as each engine takes it: vLLM's header, SGLang's field.
+                rank = decision.worker.dp_rank
+                headers["x-data-parallel-rank"] = str(rank)
+                if engine.spec.codec == "sglang":
+                    payload = _ENCODE({**body, "data_parallel_rank": rank})
             try:
-                upstream = await self.fleet.upstream.post(engine.spec.url + path, raw, headers)
+                upstream = await self.fleet.upstream.post(engine.spec.url + path, payload, headers)
             except UpstreamError as exc:
                 self._finish(rid)
                 self.fleet.failed(engine, exc.kind)

@@ -119,6 +119,8 @@ class StandinEngine:
         self.waiting = 0
         self.generated = 0
         self.cancelled = 0
+        # Data-parallel rank hints seen: vLLM's header and SGLang's body field.
+        self.rank_hints: dict[str, int] = {}
         # Injected faults (POST /standin/control).
         self.fail_status: int | None = None
         self.delay = 0.0
@@ -257,6 +259,7 @@ class StandinEngine:
                 "generated": self.generated,
                 "cancelled": self.cancelled,
                 "events_published": self._published + 1,
+                "rank_hints": self.rank_hints,
             }
         )
 
@@ -286,6 +289,9 @@ class StandinEngine:
             return JSONResponse(
                 {"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}, 400
             )
+        for hint in (request.headers.get("x-data-parallel-rank"), body.get("data_parallel_rank")):
+            if hint is not None:
+                self.rank_hints[str(hint)] = self.rank_hints.get(str(hint), 0) + 1
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_status is not None:
