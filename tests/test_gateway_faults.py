@@ -254,3 +254,15 @@ def test_a_data_parallel_engine_gets_the_rank_chosen():
             # Each request told the engine its rank twice: the header and the body field.
             hints = engine.stats()["rank_hints"]
             assert hints == {r: 2 * ranks.count(r) for r in set(ranks)}
+
+
+def test_a_client_gone_before_a_plain_answer_cancels_the_engine_work():
+    with Standin() as engine, ServedGateway(config(engine.spec())) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        engine.control(delay=3.0)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gw.url + "/v1/completions", json={"prompt": "x"}, timeout=0.5)
+        wait_for(lambda: engine.stats()["cancelled"] == 1, timeout=10)
+        wait_for(lambda: gw.router.in_flight == 0)
+        registry = gw.gateway.metrics.registry
+        assert registry.get_sample_value("radixmeta_gateway_client_disconnects_total") == 1

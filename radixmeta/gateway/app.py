@@ -14,6 +14,7 @@ Control plane: ``GET /health``, ``GET /metrics``, ``GET /v1/models`` and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import itertools
@@ -76,6 +77,12 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"message": message, "type": kind, "code": status}}, status_code=status
     )
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (its request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _output_tokens(content: bytes) -> int:
@@ -194,6 +201,36 @@ class Gateway:
             self.metrics.bad_requests.inc()
             return _error(400, f"malformed request: {exc}", "invalid_request_error")
         rid = next(self._ids)
+        # The engine's work races the client's going away: a client that leaves before
+        # the answer's headers (or, not streamed, its whole body) cancels the engine's work.
+        work = asyncio.ensure_future(
+            self._route(rid, raw, body, tokens, namespace, expected, stream, path, started)
+        )
+        gone = asyncio.ensure_future(_disconnect(request.receive))
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            gone.cancel()
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        self.metrics.disconnects.inc()
+        return Response(status_code=499)
+
+    async def _route(
+        self,
+        rid: str,
+        raw: bytes,
+        body: dict[str, Any],
+        tokens: Any,
+        namespace: str | None,
+        expected: int | None,
+        stream: bool,
+        path: str,
+        started: float,
+    ) -> Response:
+        """Dispatch, send (once more elsewhere if the engine fails before answering),
+        and answer; cancelled, it releases the request and closes the upstream call."""
         avoid: set[str] = set()
         first_error = ""
         for attempt in (0, 1):
@@ -224,6 +261,9 @@ class Gateway:
                     payload = _ENCODE({**body, "data_parallel_rank": rank})
             try:
                 upstream = await self.fleet.upstream.post(engine.spec.url + path, payload, headers)
+            except asyncio.CancelledError:  # the client went away before any answer
+                self._finish(rid)
+                raise
             except UpstreamError as exc:
                 self._finish(rid)
                 self.fleet.failed(engine, exc.kind)
@@ -260,6 +300,11 @@ class Gateway:
             )
         try:
             content = await upstream.read()
+        except asyncio.CancelledError:  # the client went away: so does the engine's work
+            upstream.close()
+            self._finish(rid)
+            self._count(endpoint, engine, 499, started)
+            raise
         except MID_STREAM_ERRORS as exc:
             upstream.close()
             self.fleet.failed(engine, "read")

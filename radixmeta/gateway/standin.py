@@ -292,6 +292,22 @@ class StandinEngine:
         for hint in (request.headers.get("x-data-parallel-rank"), body.get("data_parallel_rank")):
             if hint is not None:
                 self.rank_hints[str(hint)] = self.rank_hints.get(str(hint), 0) + 1
+        # As vLLM aborts a request whose client went away, the work races the disconnect.
+        work = asyncio.ensure_future(self._answer(body, kind, tokens, namespace))
+        gone = asyncio.ensure_future(_disconnect(request.receive))
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            gone.cancel()
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        self.cancelled += 1
+        return Response(status_code=499)
+
+    async def _answer(
+        self, body: dict[str, Any], kind: str, tokens: Any, namespace: str | None
+    ) -> Response:
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_status is not None:
@@ -319,7 +335,6 @@ class StandinEngine:
                 self.running -= 1
             else:
                 self.waiting -= 1
-            self.cancelled += 1
             raise
         self.requests += 1
         self.prompt_tokens += len(tokens)
@@ -403,6 +418,12 @@ class StandinEngine:
             self.running -= 1
             if not done:
                 self.cancelled += 1
+
+
+async def _disconnect(receive: Any) -> None:
+    """Return when the client disconnects (its request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _parser() -> argparse.ArgumentParser:
