@@ -145,14 +145,17 @@ def test_engines_added_and_removed_at_run_time():
         seen = {_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-worker"]
                 for i in range(8)}
         assert seen == {a.url, "b"}
-        # The same engine twice, a malformed one, one of the other kind.
+        # The same engine twice, malformed ones; one that does not answer is taken in, down.
         def add(**kwargs):
             return httpx.post(gw.url + "/workers", **kwargs).status_code
 
         assert add(json={"url": b.url, "events": b.events}) == 409
         assert add(json={"url": "nope"}) == 400
         assert add(content=b"{") == 400
-        assert add(json={"url": "http://127.0.0.1:1"}) == 400
+        assert add(json={"url": "http://127.0.0.1:1", "dp-size": 0}) == 400
+        assert add(json={"url": "http://127.0.0.1:1", "name": "silent"}) == 201
+        assert not gw.gateway.fleet.find("silent").up
+        assert httpx.delete(gw.url + "/workers/silent").status_code == 200
         removed = httpx.delete(gw.url + "/workers/b")
         assert removed.status_code == 200 and removed.json()["removed"]["name"] == "b"
         assert httpx.delete(gw.url + "/workers/b").status_code == 404
@@ -225,12 +228,11 @@ def test_events_lost_before_the_gateway_subscribed_are_replayed():
             assert int(r.headers["x-radixmeta-matched"]) >= len(LONG) - 4
 
 
-def test_approximate_engines_are_routed_on_the_gateways_own_marks():
+def test_engines_without_events_are_routed_on_the_gateways_model_of_their_caches():
     with (
         Standin(events=False) as a, Standin(events=False) as b,
         ServedGateway(config(a.spec(capacity=100_000), b.spec())) as gw,
     ):
-        assert gw.gateway.fleet.mode == "approximate"
         wait_for(lambda: gw.gateway.fleet.up_count == 2)
         first = _post(gw.url, prompt=LONG + "one")
         second = _post(gw.url, prompt=LONG + "two")
@@ -266,3 +268,31 @@ def test_a_client_gone_before_a_plain_answer_cancels_the_engine_work():
         wait_for(lambda: gw.router.in_flight == 0)
         registry = gw.gateway.metrics.registry
         assert registry.get_sample_value("radixmeta_gateway_client_disconnects_total") == 1
+
+
+def test_engines_with_and_without_events_share_one_router():
+    with (
+        Standin() as exact,
+        Standin(events=False) as modelled,
+        ServedGateway(config(exact.spec(), modelled.spec(capacity=2_000))) as gw,
+    ):
+        wait_for(lambda: gw.gateway.fleet.up_count == 2)
+        modes = {w["url"]: w["mode"] for w in httpx.get(gw.url + "/workers").json()["workers"]}
+        assert modes == {exact.url: "exact", modelled.url: "approximate"}
+        # Each keeps the prompts it was sent: the exact one by its events, the modelled one
+        # by the gateway's shadow of its cache.
+        by_engine: dict[str, list[str]] = {}
+        for i in range(6):
+            prompt = f"{i} {LONG}"[:600]
+            first = _post(gw.url, prompt=prompt)
+            by_engine.setdefault(first.headers["x-radixmeta-worker"], []).append(prompt)
+        assert set(by_engine) == {exact.url, modelled.url}
+        engine = gw.gateway.fleet.find(exact.url)
+        wait_for(lambda: gw.router.tree.held_tokens(engine.workers[0]) > 0)
+        for url, prompts in by_engine.items():
+            again = _post(gw.url, prompt=prompts[-1] + " again")
+            assert again.headers["x-radixmeta-worker"] == url
+            assert int(again.headers["x-radixmeta-matched"]) >= 596
+        # The modelled engine's model is bounded by its capacity (LRU, as the engine's own).
+        shadow = gw.gateway.fleet.find(modelled.url).workers[0]
+        assert 0 < gw.router.tree.held_tokens(shadow) <= 2_000

@@ -97,13 +97,6 @@ def test_gateway_config_checks_its_numbers_and_names():
         GatewayConfig([WorkerSpec("http://a:1", "x"), WorkerSpec("http://b:1", "x")])
 
 
-def test_engines_of_both_kinds_are_refused_until_the_router_mixes_modes():
-    gateway = pytest.importorskip("radixmeta.gateway.app")
-    mixed = GatewayConfig([WorkerSpec("http://a:1", events="tcp://a:2"), WorkerSpec("http://b:1")])
-    with pytest.raises(InvalidInputError, match="cannot share one router"):
-        gateway.Gateway(mixed)
-
-
 # -- circuit breaker -----------------------------------------------------------------------
 def test_breaker_opens_after_k_failures_and_retries_with_backoff():
     now = [0.0]

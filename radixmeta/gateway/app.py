@@ -251,6 +251,8 @@ class Gateway:
             if engine is None:  # removed between dispatch and here: cannot happen on one loop
                 self._finish(rid)
                 return _error(503, "the chosen engine was removed", "service_unavailable")
+            if engine.shadows:  # no events of its own: the gateway models its cache
+                self.fleet.model(engine, decision.worker, tokens, namespace)
             headers = {"content-type": "application/json", "x-request-id": rid}
             payload = raw
             if engine.spec.dp_size > 1:
@@ -379,7 +381,7 @@ class Gateway:
         if not self._admin(request):
             return _error(401, "a valid admin key is required", "authentication_error")
         engines = [e.as_dict(self.fleet.router) for e in self.fleet.engines.values()]
-        return JSONResponse({"mode": self.fleet.mode, "workers": engines})
+        return JSONResponse({"workers": engines})
 
     async def add_worker(self, request: Request) -> Response:
         if not self._admin(request):

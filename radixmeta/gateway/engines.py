@@ -23,6 +23,7 @@ import msgspec
 
 from radixmeta import policies
 from radixmeta._workers import WorkerId
+from radixmeta.cache import RadixCache
 from radixmeta.errors import InvalidInputError, StaleWorkerError
 from radixmeta.gateway.breaker import CircuitBreaker
 from radixmeta.gateway.config import DEFAULT_CAPACITY, GatewayConfig, WorkerSpec
@@ -30,6 +31,7 @@ from radixmeta.gateway.loads import parse_loads
 from radixmeta.gateway.metrics import GatewayMetrics
 from radixmeta.gateway.policy import Avoiding
 from radixmeta.gateway.upstream import Upstream, UpstreamError
+from radixmeta.log import EventLog
 from radixmeta.router import Router
 from radixmeta.subscription import FleetSubscription, WorkerEndpoint
 
@@ -63,6 +65,8 @@ class Engine:
     breaker : CircuitBreaker
     subscription : FleetSubscription or None
         Its KV-event stream, for an exact engine.
+    shadows : list of RadixCache
+        For a modelled engine (no events), per rank: the gateway's model of its cache.
     models : list of dict
         What its ``/v1/models`` listed (the first healthy check fetches it).
     healthy : bool
@@ -80,6 +84,7 @@ class Engine:
     workers: list[WorkerId]
     breaker: CircuitBreaker
     subscription: FleetSubscription | None = None
+    shadows: list[RadixCache] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
     healthy: bool = False  # its last health check passed (none yet: False)
     marked_up: bool = False  # what the router was last told
@@ -141,25 +146,21 @@ class Fleet:
 
     Notes
     -----
-    The router is in exact mode when any engine at start has an events endpoint, else in
-    approximate mode; an engine added later must be of the same kind (the Router keeps
-    one mode for all its workers).
+    One exact-mode Router serves both kinds of engine. An engine with an events endpoint
+    is fed by its KV events (the router's subscription). One without is *modelled*: the
+    gateway keeps a shadow :class:`~radixmeta.RadixCache` per rank, bounded by the
+    engine's capacity, inserts each prompt it sends there, and submits the shadow's
+    :class:`~radixmeta.EventLog` records (its stores and its LRU evictions) to the router
+    as that worker's events. So the Router needs no per-worker mode: a modelled engine is
+    an event-fed one whose events the gateway writes.
     """
 
     def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
         self.config = config
         self.metrics = metrics
         self.upstream = Upstream(config.request_timeout, config.connect_timeout)
-        exact = [w.exact for w in config.workers]
-        if exact and any(exact) and not all(exact):
-            msg = (
-                "engines with and without an events endpoint cannot share one router yet: "
-                "give every engine events=..., or none"
-            )
-            raise InvalidInputError(msg)
-        self.mode = "exact" if any(exact) else "approximate"
         self.policy = Avoiding(policies.create(config.policy))
-        self.router = Router(config.page_size, policy=self.policy, mode=self.mode)
+        self.router = Router(config.page_size, policy=self.policy)
         self.engines: dict[str, Engine] = {}
         self._by_index: dict[int, Engine] = {}  # router worker index -> its engine
         self._tasks: list[asyncio.Task[None]] = []
@@ -174,21 +175,18 @@ class Fleet:
         DuplicateEngineError
             Its name or URL is taken.
         InvalidInputError
-            Its kind (events or none) is not the router's mode.
+            Its event endpoints do not parse.
         """
-        if spec.exact != (self.mode == "exact"):
-            kind = "an events endpoint" if self.mode == "exact" else "no events endpoint"
-            msg = f"engine {spec.url}: this gateway's engines have {kind}; so must a new one"
-            raise InvalidInputError(msg)
         for e in self.engines.values():
             if spec.name == e.spec.name or spec.url == e.spec.url:
                 msg = f"engine {spec.name} ({spec.url}) is behind the gateway already"
                 raise DuplicateEngineError(msg)
         config = self.config
-        capacity = None
-        if not spec.exact:
-            capacity = spec.capacity if spec.capacity is not None else DEFAULT_CAPACITY
         workers = []
+        shadows: list[RadixCache] = []
+        capacity = spec.capacity
+        if not spec.exact and capacity is None:
+            capacity = DEFAULT_CAPACITY  # a modelled engine's cache needs a bound
         try:
             for rank in range(spec.dp_size):
                 workers.append(self.router.add_worker(spec.name, rank, capacity=capacity))
@@ -197,6 +195,10 @@ class Fleet:
                 assert spec.events is not None
                 endpoint = WorkerEndpoint(spec.name, spec.events, spec.replay, spec.dp_size)
                 subscription = self.router.subscribe([endpoint], codec=spec.codec)
+            else:
+                for rank in range(spec.dp_size):
+                    log = EventLog(worker=spec.name, dp_rank=rank)
+                    shadows.append(RadixCache(config.page_size, capacity=capacity, event_log=log))
         except BaseException:
             for w in workers:
                 self.router.remove_worker(w)
@@ -204,7 +206,7 @@ class Fleet:
         breaker = CircuitBreaker(
             config.failures_to_open, config.open_seconds, config.max_open_seconds
         )
-        engine = Engine(spec, workers, breaker, subscription)
+        engine = Engine(spec, workers, breaker, subscription, shadows)
         for w in workers:  # down until its first health check passes
             self.router.mark_down(w)
             self._by_index[w.index] = engine
@@ -246,6 +248,18 @@ class Fleet:
     def engine_of(self, worker: WorkerId) -> Engine | None:
         """The engine of a router worker (None once removed)."""
         return self._by_index.get(worker.index)
+
+    def model(self, engine: Engine, worker: WorkerId, tokens: Any, namespace: Any) -> None:
+        """A prompt sent to a modelled engine: into its shadow cache, whose records
+        (the store, and what its capacity evicted) go to the router as its events."""
+        shadow = engine.shadows[worker.dp_rank]
+        log = shadow.event_log
+        assert log is not None
+        last = log.next_seq - 1
+        shadow.insert(tokens, namespace=namespace)
+        records = log.read(after=last)
+        if records:
+            self.router.submit(records)
 
     @property
     def up_count(self) -> int:
@@ -355,8 +369,7 @@ class Fleet:
     # -- background -----------------------------------------------------------------------
     def start(self) -> None:
         """Start the router's event thread and the health, load and expiry loops."""
-        if self.mode == "exact":
-            self.router.start(interval=0.002)
+        self.router.start(interval=0.002)
         config = self.config
         loops = [(min(60.0, config.expire_after), self._expire)]
         if config.health_interval > 0:

@@ -98,8 +98,9 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     gateway = Gateway(config)
     logging.getLogger("radixmeta.gateway").info(
-        "radixmeta serve on http://%s:%d: %d engines, %s mode, tokenizer %s",
-        args.host, args.port, len(config.workers), gateway.fleet.mode, gateway.tokenizer.name,
+        "radixmeta serve on http://%s:%d: %d engines (%d with KV events), tokenizer %s",
+        args.host, args.port, len(config.workers), sum(w.exact for w in config.workers),
+        gateway.tokenizer.name,
     )
     uvicorn.run(
         gateway.app,
