@@ -195,7 +195,6 @@ class Gateway:
 
 
 GATEWAYS = ("radixmeta", "smg", "vllm-router")
-POLICY = ["default"]  # radixmeta serve's --policy (the bench's --policy)
 
 
 def start_gateway(name: str, fleet: Fleet) -> Gateway:
@@ -203,9 +202,10 @@ def start_gateway(name: str, fleet: Fleet) -> Gateway:
     url = f"http://127.0.0.1:{port}"
     urls = [e.url for e in fleet.engines]
     log = open(os.devnull, "wb")  # noqa: SIM115 - the process owns it
-    if name == "radixmeta":
+    if name.startswith("radixmeta"):
+        policy = name.partition(":")[2] or "default"
         args = [sys.executable, "-m", "radixmeta", "serve", "--port", str(port),
-                "--page-size", str(PAGE), "--log-level", "warning", "--policy", POLICY[0]]
+                "--page-size", str(PAGE), "--log-level", "warning", "--policy", policy]
         for e in fleet.engines:
             args += ["--worker", f"{e.url},events={e.events},replay={e.replay}"]
     elif name == "smg":
@@ -216,10 +216,9 @@ def start_gateway(name: str, fleet: Fleet) -> Gateway:
         args = ["vllm-router", "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
                 *urls, "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
                 "--prometheus-port", str(port + 1), "--log-level", "error"]
-    elif name == "direct":
-        return Gateway(name, "", None)
     else:
-        raise ValueError(name)
+        msg = f"unknown gateway {name!r}: radixmeta[:POLICY], smg or vllm-router"
+        raise ValueError(msg)
     process = subprocess.Popen(args, env=_env(), stdout=log, stderr=log)
     gateway = Gateway(name, url, process)
     try:
@@ -237,7 +236,7 @@ def start_gateway(name: str, fleet: Fleet) -> Gateway:
                 return False
 
         _wait(routes, 60, name)
-        if name != "radixmeta":
+        if not name.startswith("radixmeta"):
             time.sleep(1.0)  # let every worker finish registering
     except BaseException:
         gateway.stop()
@@ -440,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="+", choices=("routing", "overhead", "throughput"),
                    default=["routing", "overhead", "throughput"])
-    p.add_argument("--gateways", nargs="+", choices=GATEWAYS, default=list(GATEWAYS))
+    p.add_argument("--gateways", nargs="+", default=list(GATEWAYS), metavar="GATEWAY",
+                   help="radixmeta (radixmeta:POLICY for another --policy), smg, vllm-router")
     p.add_argument("--engines", nargs="+", type=int, default=[4, 8])
     p.add_argument("--trace-requests", type=int, default=1200)
     p.add_argument("--block-chars", type=int, default=64,
@@ -453,17 +453,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="evicting regime: the fleet's caches hold this share of the working set")
     p.add_argument("--overhead-seconds", type=float, default=10.0)
     p.add_argument("--throughput-seconds", type=float, default=6.0)
-    p.add_argument("--policy", default="default", help="radixmeta serve's --policy")
     p.add_argument("--quick", action="store_true", help="4 engines, fewer requests")
     p.add_argument("--json-out", metavar="FILE")
     args = p.parse_args(argv)
-    POLICY[0] = args.policy
     if args.quick:
         args.engines, args.trace_requests, args.gsp_groups = [4], 400, 8
         args.overhead_seconds, args.throughput_seconds = 5.0, 4.0
     gateways = []
     for name in args.gateways:
-        if name == "radixmeta" or shutil.which(name):
+        if name.startswith("radixmeta") or shutil.which(name):
             gateways.append(name)
         else:
             print(f"{name}: not installed (pip install it to compare); skipped", flush=True)
