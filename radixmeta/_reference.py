@@ -734,6 +734,35 @@ class CacheCore:
         _require(nodes == self._nodes, "node_count is wrong")
 
 
+def token_array(tokens: Any, name: str = "tokens") -> npt.NDArray[np.uint32]:
+    """``tokens`` as a 1-D, C-contiguous uint32 array, converted once by the trees' rules.
+
+    A uint32 array that is already 1-D, C-contiguous, aligned and in native byte
+    order is returned as it is; every other form becomes a new array. Errors are
+    the trees' (``radixmeta._keys``), naming ``name``.
+    """
+    if (
+        type(tokens) is np.ndarray
+        and tokens.dtype == np.uint32
+        and tokens.ndim == 1
+        and tokens.dtype.isnative
+        and tokens.flags.c_contiguous
+        and tokens.flags.aligned
+    ):
+        _keys.check_key_length(len(tokens))
+        return tokens
+    seq = _keys.as_sequence(tokens, name)
+    if isinstance(seq, np.ndarray):
+        _keys.check_key_length(len(seq))
+        bad = np.flatnonzero((seq < 0) | (seq > _keys.TOKEN_LIMIT - 1))
+        if len(bad):
+            i = int(bad[0])
+            msg = f"{name}[{i}] = {seq[i]} is outside the token range [0, 2**32)"
+            raise InvalidInputError(msg)
+        return np.array(seq, dtype=np.uint32)
+    return np.array(_keys.tokens(seq, name), dtype=np.uint32)
+
+
 def prefix_partners(
     keys: Any, page_size: Any
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
