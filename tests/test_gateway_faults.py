@@ -156,6 +156,7 @@ def test_engines_added_and_removed_at_run_time():
         assert add(json={"url": "http://127.0.0.1:1", "name": "silent"}) == 201
         assert not gw.gateway.fleet.find("silent").up
         assert httpx.delete(gw.url + "/workers/silent").status_code == 200
+        stream = gw.gateway.fleet.find("b").subscription
         removed = httpx.delete(gw.url + "/workers/b")
         assert removed.status_code == 200 and removed.json()["removed"]["name"] == "b"
         assert httpx.delete(gw.url + "/workers/b").status_code == 404
@@ -163,6 +164,7 @@ def test_engines_added_and_removed_at_run_time():
                 for i in range(4)}
         assert seen == {a.url}
         assert [w.name for w in gw.router.workers] == [a.url]
+        assert stream.subscriber.closed  # its KV-event stream went with it
         # Removed by URL as well.
         assert httpx.delete(gw.url + "/workers/" + a.url).status_code == 200
         assert _post(gw.url).status_code == 503

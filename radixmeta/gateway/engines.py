@@ -25,15 +25,15 @@ from radixmeta import policies
 from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
 from radixmeta.errors import InvalidInputError, StaleWorkerError
+from radixmeta.events import EventLog
+from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 from radixmeta.gateway.breaker import CircuitBreaker
 from radixmeta.gateway.config import DEFAULT_CAPACITY, GatewayConfig, WorkerSpec
 from radixmeta.gateway.loads import parse_loads
 from radixmeta.gateway.metrics import GatewayMetrics
 from radixmeta.gateway.policy import Avoiding
 from radixmeta.gateway.upstream import Upstream, UpstreamError
-from radixmeta.log import EventLog
 from radixmeta.router import Router
-from radixmeta.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["DuplicateEngineError", "Engine", "Fleet"]
 
@@ -225,12 +225,11 @@ class Fleet:
         engine = self.find(name)
         engine.removed = True
         del self.engines[engine.spec.name]
+        if engine.subscription is not None:  # its own (one subscribe per engine)
+            self.router.unsubscribe(engine.workers[0])
         for w in engine.workers:
             self._by_index.pop(w.index, None)
             self.router.remove_worker(w)
-        # The Router on this branch cannot detach one subscription (it polls each until
-        # it closes): the stream stays open, its records for the removed worker counted
-        # as an unknown worker's, and closes with the router.
         self.metrics.forget(engine.spec.name)
         return engine
 

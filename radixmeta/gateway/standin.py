@@ -40,9 +40,9 @@ from starlette.routing import Route
 
 from radixmeta.cache import RadixCache
 from radixmeta.errors import InputTypeError, InvalidInputError
+from radixmeta.events import EventLog
+from radixmeta.events.ingest import engine_batch
 from radixmeta.gateway.tokenize import load_tokenizer, namespace_of, prompt_of
-from radixmeta.ingest import engine_batch
-from radixmeta.log import EventLog
 from radixmeta.policies import costs
 from radixmeta.transport import ZmqPublisher
 from radixmeta.wire import vllm
