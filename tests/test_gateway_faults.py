@@ -7,6 +7,8 @@ closes it within the test's bound.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -298,3 +300,50 @@ def test_engines_with_and_without_events_share_one_router():
         # The modelled engine's model is bounded by its capacity (LRU, as the engine's own).
         shadow = gw.gateway.fleet.find(modelled.url).workers[0]
         assert 0 < gw.router.tree.held_tokens(shadow) <= 2_000
+
+
+def test_two_gateways_on_one_fleet_converge_on_what_the_engines_hold():
+    with (
+        Standin() as a,
+        Standin() as b,
+        ServedGateway(config(a.spec(), b.spec())) as one,
+        ServedGateway(config(a.spec(), b.spec())) as other,
+    ):
+        wait_for(lambda: one.gateway.fleet.up_count == other.gateway.fleet.up_count == 2)
+        sent = {}
+        for i in range(6):  # all through the first gateway
+            r = _post(one.url, prompt=f"{i} {LONG}"[:500])
+            sent[r.headers["x-radixmeta-worker"]] = True
+        assert set(sent) == {a.url, b.url}
+
+        def held(gw):
+            return {e.url: gw.router.tree.held_tokens(gw.gateway.fleet.find(e.url).workers[0])
+                    for e in (a, b)}
+
+        engines = {e.url: e.stats()["cache_tokens"] for e in (a, b)}
+        wait_for(lambda: held(one) == held(other) == engines, timeout=10)
+        # So the second gateway routes a follow-up where the first sent its prefix.
+        first = _post(one.url, prompt=f"9 {LONG}"[:500])
+        engine = next(e for e in (a, b) if e.url == first.headers["x-radixmeta-worker"])
+        wait_for(lambda: held(other)[engine.url] == engine.stats()["cache_tokens"])
+        again = _post(other.url, prompt=f"9 {LONG}"[:500] + " more")
+        assert again.headers["x-radixmeta-worker"] == engine.url
+        assert int(again.headers["x-radixmeta-matched"]) >= 496
+
+
+def test_one_json_log_line_per_request_when_asked(caplog):
+    with Standin() as engine, ServedGateway(config(engine.spec(), log_requests=True)) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        with caplog.at_level("INFO", logger="radixmeta.gateway.requests"):
+            _post(gw.url, prompt="log me")
+            with httpx.stream("POST", gw.url + "/v1/completions",
+                              json={"prompt": "log me too", "stream": True}) as r:
+                r.read()
+            wait_for(lambda: len([x for x in caplog.records
+                                  if x.name == "radixmeta.gateway.requests"]) == 2)
+        lines = [json.loads(x.getMessage()) for x in caplog.records
+                 if x.name == "radixmeta.gateway.requests"]
+        assert [line["status"] for line in lines] == [200, 200]
+        assert lines[0]["worker"] == engine.url and lines[0]["prompt_tokens"] == 6
+        assert lines[0]["ttft"] is None and lines[1]["ttft"] > 0
+        assert lines[1]["outcome"] == "done"
