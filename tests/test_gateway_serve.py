@@ -25,7 +25,9 @@ PREFIX = "You are a careful assistant. Answer briefly and cite the rule you used
 def fleet():
     with (
         Standin(model="m") as a, Standin(model="m") as b,
-        ServedGateway(config(a.spec(), b.spec())) as served,
+        # A long upstream timeout: the burst below queues 1,000 requests on two engines
+        # (slow ones under RADIXMETA_IMPLEMENTATION=python).
+        ServedGateway(config(a.spec(), b.spec(), request_timeout=45.0)) as served,
     ):
         wait_for(lambda: served.gateway.fleet.up_count == 2)
         yield served, (a, b)
@@ -205,7 +207,7 @@ def test_a_burst_of_1000_concurrent_requests(gw, fleet):
         limits = httpx.Limits(max_connections=1000)
         async with httpx.AsyncClient(limits=limits, timeout=60) as client:
             async def one(i):
-                body = {"prompt": f"{PREFIX} burst {i % 37}", "max_tokens": 2}
+                body = {"prompt": f"{PREFIX[:200]} burst {i % 37}", "max_tokens": 2}
                 if i % 2:
                     body["stream"] = True
                 r = await client.post(gw.url + "/v1/completions", json=body)
