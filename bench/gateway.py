@@ -143,6 +143,37 @@ class Engine:
         return httpx.get(self.url + "/standin/stats", timeout=10).json()  # type: ignore[no-any-return]
 
 
+def _engine(capacity: int, time_scale: float, token_interval: float) -> Engine:
+    """One stand-in on free ports, up and warm; started again elsewhere if its ports were
+    taken meanwhile (the machine is shared: free when probed is not free when bound)."""
+    for _ in range(3):
+        base = free_port_block(3)
+        url = f"http://127.0.0.1:{base}"
+        events, replay = f"tcp://127.0.0.1:{base + 1}", f"tcp://127.0.0.1:{base + 2}"
+        args = [sys.executable, "-m", "radixmeta.gateway.standin", "--port", str(base),
+                "--model", MODEL, "--page-size", str(PAGE), "--capacity", str(capacity),
+                "--events", events, "--replay", replay, "--time-scale", str(time_scale),
+                "--token-interval", str(token_interval)]
+        process = subprocess.Popen(args, env=_env(), stderr=subprocess.DEVNULL)
+        engine = Engine(url, events, replay, process)
+        try:
+            _wait(lambda p=process, u=url: p.poll() is not None or _answers(u + "/health"),
+                  60, "a stand-in engine")
+        except BaseException:
+            process.kill()
+            raise
+        if process.poll() is not None:
+            continue  # it could not bind: try other ports
+        # An engine's first request pays its process's first-use costs (tens of ms):
+        # paid here, for every gateway alike (SMG's registration would pay it anyway).
+        httpx.post(url + "/v1/completions", timeout=10,
+                   json={"model": MODEL, "prompt": "warm up the engine", "max_tokens": 1,
+                         "stream": True}).raise_for_status()
+        return engine
+    msg = "a stand-in engine exited three times at start"
+    raise RuntimeError(msg)
+
+
 @dataclass
 class Fleet:
     engines: list[Engine] = field(default_factory=list)
@@ -150,23 +181,12 @@ class Fleet:
     @classmethod
     def start(cls, n: int, capacity: int, time_scale: float, token_interval: float) -> Fleet:
         fleet = cls()
-        for _ in range(n):
-            base = free_port_block(3)
-            url = f"http://127.0.0.1:{base}"
-            events, replay = f"tcp://127.0.0.1:{base + 1}", f"tcp://127.0.0.1:{base + 2}"
-            args = [sys.executable, "-m", "radixmeta.gateway.standin", "--port", str(base),
-                    "--model", MODEL, "--page-size", str(PAGE), "--capacity", str(capacity),
-                    "--events", events, "--replay", replay, "--time-scale", str(time_scale),
-                    "--token-interval", str(token_interval)]
-            process = subprocess.Popen(args, env=_env(), stderr=subprocess.DEVNULL)
-            fleet.engines.append(Engine(url, events, replay, process))
-        for e in fleet.engines:
-            _wait(lambda e=e: _answers(e.url + "/health"), 60, "a stand-in engine")
-            # An engine's first request pays its process's first-use costs (tens of ms):
-            # paid here, for every gateway alike (SMG's registration would pay it anyway).
-            httpx.post(e.url + "/v1/completions", timeout=10,
-                       json={"model": MODEL, "prompt": "warm up the engine", "max_tokens": 1,
-                             "stream": True}).raise_for_status()
+        try:
+            for _ in range(n):
+                fleet.engines.append(_engine(capacity, time_scale, token_interval))
+        except BaseException:
+            fleet.stop()
+            raise
         return fleet
 
     def totals(self) -> tuple[int, int]:
