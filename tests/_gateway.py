@@ -1,7 +1,8 @@
 """Real parts for the gateway tests: stand-in engines as processes, the gateway under uvicorn.
 
 :class:`Standin` launches ``python -m radixmeta.gateway.standin`` on free 127.0.0.1 ports
-(HTTP, KV-event PUB, replay) and waits for its ``/health``; :class:`ServedGateway` serves a
+(HTTP, KV-event PUB, replay) and waits for its ``/health``; :class:`StandinPool` shares
+them between a module's tests; :class:`ServedGateway` serves a
 :class:`~radixmeta.gateway.Gateway` with uvicorn in a thread of this process (so a test
 reads its router directly). Both stop within a bound when their ``with`` ends.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,44 +43,67 @@ def wait_for(condition: Callable[[], Any], timeout: float = 5.0, interval: float
         time.sleep(interval)
 
 
+class _ExitedAtStart(AssertionError):
+    """A stand-in process ended before it answered /health (most often: a port was taken)."""
+
+
 class Standin:
     """One stand-in engine process on 127.0.0.1, with KV events unless ``events=False``."""
 
     def __init__(self, *, events: bool = True, page_size: int = 4, **options: Any) -> None:
+        options.setdefault("time_scale", 0.0)
+        options.setdefault("token_interval", 0.0)
+        self.page_size = page_size
+        # Free when probed is not free when bound: the machine is shared, and ZeroMQ's and
+        # the clients' ephemeral ports fall in the same range. A stand-in that could not
+        # bind exits at once; it is started again on other ports.
+        for attempt in range(3):
+            self._start(events, page_size, options)
+            try:
+                wait_for(self._healthy, START_TIMEOUT, 0.05)
+                return
+            except _ExitedAtStart:
+                self.stop()
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+
+    def _start(self, events: bool, page_size: int, options: dict[str, Any]) -> None:
         base = free_port_block(3)
         self.port = base
         self.url = f"http://127.0.0.1:{base}"
         self.events = f"tcp://127.0.0.1:{base + 1}" if events else None
         self.replay = f"tcp://127.0.0.1:{base + 2}" if events else None
-        self.page_size = page_size
         args = [sys.executable, "-m", "radixmeta.gateway.standin", "--port", str(base)]
         args += ["--page-size", str(page_size)]
-        if events:
+        if self.events and self.replay:
             args += ["--events", self.events, "--replay", self.replay]
-        options.setdefault("time_scale", 0.0)
-        options.setdefault("token_interval", 0.0)
         for key, value in options.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
         self.process = subprocess.Popen(args, env=env, cwd=ROOT)
-        try:
-            wait_for(self._healthy, START_TIMEOUT, 0.05)
-        except BaseException:
-            self.stop()
-            raise
 
     def _healthy(self) -> bool:
         if self.process.poll() is not None:
             msg = f"stand-in engine exited with {self.process.returncode}"
-            raise AssertionError(msg)
+            raise _ExitedAtStart(msg)
         try:
             return httpx.get(self.url + "/health", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
-    def spec(self, **fields: Any) -> WorkerSpec:
-        """Its WorkerSpec for the gateway (with its events, when it has them)."""
+    def spec(self, *, exact: bool = True, **fields: Any) -> WorkerSpec:
+        """Its WorkerSpec for the gateway: with its events, unless ``exact=False`` (then
+        the gateway is not told of them and routes it approximately, as one without)."""
+        if not exact:
+            return WorkerSpec(self.url, **fields)
         return WorkerSpec(self.url, events=self.events, replay=self.replay, **fields)
+
+    def reset(self) -> None:
+        """As freshly started: an empty cache (its clearing published), no faults."""
+        self.control(reset=True)
 
     def stats(self) -> dict[str, Any]:
         return httpx.get(self.url + "/standin/stats", timeout=5.0).json()  # type: ignore[no-any-return]
@@ -108,26 +133,65 @@ class Standin:
         self.stop()
 
 
+class StandinPool:
+    """Stand-in engines shared by one module's tests (a process start costs 1-2 s here).
+
+    :meth:`take` hands out an idle one (reset as new) or starts one; :meth:`give_back`
+    returns it, or drops it when the test killed it. Every process stops at :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[Standin] = []
+        self._all: list[Standin] = []
+
+    def take(self) -> Standin:
+        while self._idle:
+            standin = self._idle.pop()
+            if standin.process.poll() is None:
+                standin.reset()
+                return standin
+        standin = Standin()
+        self._all.append(standin)
+        return standin
+
+    def give_back(self, standin: Standin) -> None:
+        if standin.process.poll() is None:
+            self._idle.append(standin)
+
+    def close(self) -> None:
+        for standin in self._all:
+            standin.stop()
+
+    def __enter__(self) -> StandinPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class ServedGateway:
     """A Gateway served by uvicorn on a free 127.0.0.1 port, in a thread of this process."""
 
     def __init__(self, config: GatewayConfig, **gateway_options: Any) -> None:
         self.gateway = Gateway(config, **gateway_options)
         self.router = self.gateway.fleet.router
-        self.port = free_port_block(1)
+        # Bound here and handed to uvicorn: no other process can take the port meanwhile.
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.gateway.app,
-                host="127.0.0.1",
-                port=self.port,
                 log_level="warning",
                 access_log=False,
                 lifespan="on",
                 timeout_graceful_shutdown=3,
             )
         )
-        self.thread = threading.Thread(target=self.server.run, name="gateway-under-test")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="gateway-under-test"
+        )
         self.thread.start()
         try:
             wait_for(lambda: self.server.started or not self.thread.is_alive(), START_TIMEOUT)
@@ -144,6 +208,7 @@ class ServedGateway:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.socket.close()
         assert not self.thread.is_alive(), "the gateway's server thread did not stop"
 
     def __enter__(self) -> ServedGateway:
