@@ -1,8 +1,9 @@
 """The gateway when things go wrong, with real parts: engines that fail, hang, die, come
 and go, events lost and replayed, no engine at all, and keys.
 
-Each test builds its own small fleet (stand-in processes, the gateway under uvicorn) and
-closes it within the test's bound.
+Each test builds its own gateway (under uvicorn, in this process) on stand-in engines
+taken from one pool for the module (processes, reset as new for each test; one a test
+kills is replaced), and closes what it opened within the test's bound.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 pytest.importorskip("uvicorn", reason="the gateway extra (uvicorn) is not installed")
 openai = pytest.importorskip("openai", reason="the openai client is not installed")
 
-from _gateway import ServedGateway, Standin, config, wait_for  # noqa: E402
+from _gateway import ServedGateway, StandinPool, config, wait_for  # noqa: E402
 from _ports import free_port_block  # noqa: E402
 
 from radixmeta.gateway import WorkerSpec  # noqa: E402
@@ -25,13 +26,35 @@ pytestmark = pytest.mark.timeout(60)
 LONG = "A shared system prompt that is long enough to be worth routing by. " * 30
 
 
+@pytest.fixture(scope="module")
+def pool():
+    with StandinPool() as shared:
+        yield shared
+
+
+@pytest.fixture
+def engines(pool):
+    """``engines(n)``: n stand-ins from the module's pool, as new; given back after the test."""
+    taken = []
+
+    def take(n=1):
+        got = [pool.take() for _ in range(n)]
+        taken.extend(got)
+        return got
+
+    yield take
+    for standin in taken:
+        pool.give_back(standin)
+
+
 def _post(url, prompt="hello", **body):
     return httpx.post(url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2, **body},
                       timeout=15)
 
 
-def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down():
-    with Standin() as engine, ServedGateway(config(engine.spec(), failures_to_open=2)) as gw:
+def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down(engines):
+    [engine] = engines()
+    with ServedGateway(config(engine.spec(), failures_to_open=2)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         engine.control(fail_status=500)
         for _ in range(2):
@@ -56,11 +79,9 @@ def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down():
         assert gw.router.in_flight == 0
 
 
-def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_traffic_moves():
-    with (
-        Standin() as a, Standin() as b,
-        ServedGateway(config(a.spec(), b.spec(), failures_to_open=1)) as gw,
-    ):
+def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_traffic_moves(engines):
+    a, b = engines(2)
+    with ServedGateway(config(a.spec(), b.spec(), failures_to_open=1)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 2)
         for e in (a, b):
             e.control(token_interval=0.1)
@@ -90,12 +111,10 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_traffic_m
             client.close()
 
 
-def test_an_engine_that_fails_before_the_first_byte_is_retried_on_another():
+def test_an_engine_that_fails_before_the_first_byte_is_retried_on_another(engines):
     # Health checks only at start: the death below is found by requests alone.
-    with (
-        Standin() as alive, Standin() as dead,
-        ServedGateway(config(alive.spec(), dead.spec(), health_interval=0)) as gw,
-    ):
+    alive, dead = engines(2)
+    with ServedGateway(config(alive.spec(), dead.spec(), health_interval=0)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 2)
         dead.kill()
         seen = set()
@@ -111,22 +130,23 @@ def test_an_engine_that_fails_before_the_first_byte_is_retried_on_another():
         assert gw.router.in_flight == 0
 
 
-def test_a_slow_engine_times_out_and_the_request_goes_to_another():
-    with Standin() as slow, Standin() as quick:
-        cfg = config(slow.spec(), quick.spec(), request_timeout=0.5, failures_to_open=5)
-        with ServedGateway(cfg) as gw:
-            wait_for(lambda: gw.gateway.fleet.up_count == 2)
-            slow.control(delay=3.0)
-            for i in range(4):
-                r = _post(gw.url, prompt=f"hurry {i}")
-                assert r.status_code == 200
-                assert r.headers["x-radixmeta-worker"] == quick.url
-            text = httpx.get(gw.url + "/metrics").text
-            assert f'kind="timeout",worker="{slow.url}"' in text
+def test_a_slow_engine_times_out_and_the_request_goes_to_another(engines):
+    slow, quick = engines(2)
+    cfg = config(slow.spec(), quick.spec(), request_timeout=0.5, failures_to_open=5)
+    with ServedGateway(cfg) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 2)
+        slow.control(delay=3.0)
+        for i in range(4):
+            r = _post(gw.url, prompt=f"hurry {i}")
+            assert r.status_code == 200
+            assert r.headers["x-radixmeta-worker"] == quick.url
+        text = httpx.get(gw.url + "/metrics").text
+        assert f'kind="timeout",worker="{slow.url}"' in text
 
 
-def test_a_single_slow_engine_gives_a_502_json_error():
-    with Standin() as slow, ServedGateway(config(slow.spec(), request_timeout=0.3)) as gw:
+def test_a_single_slow_engine_gives_a_502_json_error(engines):
+    [slow] = engines()
+    with ServedGateway(config(slow.spec(), request_timeout=0.3)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         slow.control(delay=2.0)
         r = _post(gw.url)
@@ -135,8 +155,9 @@ def test_a_single_slow_engine_gives_a_502_json_error():
         assert gw.router.in_flight == 0
 
 
-def test_engines_added_and_removed_at_run_time():
-    with Standin() as a, Standin() as b, ServedGateway(config(a.spec())) as gw:
+def test_engines_added_and_removed_at_run_time(engines):
+    a, b = engines(2)
+    with ServedGateway(config(a.spec())) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         added = httpx.post(gw.url + "/workers", json={"url": b.url, "events": b.events,
                                                        "replay": b.replay, "name": "b"})
@@ -186,57 +207,56 @@ def test_no_engine_up_gives_503_json():
         }
 
 
-def test_api_and_admin_keys():
-    with Standin() as engine:
-        cfg = config(engine.spec(), api_key="data-key", admin_key="admin-key")
-        with ServedGateway(cfg) as gw:
-            wait_for(lambda: gw.gateway.fleet.up_count == 1)
-            assert _post(gw.url).status_code == 401
-            wrong = {"authorization": "Bearer nope"}
-            assert httpx.post(gw.url + "/v1/completions", json={"prompt": "a"},
-                              headers=wrong).status_code == 401
-            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="data-key", max_retries=0)
-            try:
-                assert client.completions.create(model="m", prompt="a", max_tokens=1).choices
-                with pytest.raises(openai.AuthenticationError):
-                    openai.OpenAI(base_url=gw.url + "/v1", api_key="bad", max_retries=0
-                                  ).models.list()
-            finally:
-                client.close()
-            data = {"authorization": "Bearer data-key"}
-            admin = {"authorization": "Bearer admin-key"}
-            assert httpx.get(gw.url + "/workers", headers=data).status_code == 401
-            assert httpx.get(gw.url + "/workers", headers=admin).status_code == 200
-            assert httpx.delete(gw.url + "/workers/x", headers=data).status_code == 401
-            # Probes need no key.
-            assert httpx.get(gw.url + "/health").status_code == 200
-            assert httpx.get(gw.url + "/metrics").status_code == 200
+def test_api_and_admin_keys(engines):
+    [engine] = engines()
+    cfg = config(engine.spec(), api_key="data-key", admin_key="admin-key")
+    with ServedGateway(cfg) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        assert _post(gw.url).status_code == 401
+        wrong = {"authorization": "Bearer nope"}
+        assert httpx.post(gw.url + "/v1/completions", json={"prompt": "a"},
+                          headers=wrong).status_code == 401
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="data-key", max_retries=0)
+        try:
+            assert client.completions.create(model="m", prompt="a", max_tokens=1).choices
+            with pytest.raises(openai.AuthenticationError):
+                openai.OpenAI(base_url=gw.url + "/v1", api_key="bad", max_retries=0
+                              ).models.list()
+        finally:
+            client.close()
+        data = {"authorization": "Bearer data-key"}
+        admin = {"authorization": "Bearer admin-key"}
+        assert httpx.get(gw.url + "/workers", headers=data).status_code == 401
+        assert httpx.get(gw.url + "/workers", headers=admin).status_code == 200
+        assert httpx.delete(gw.url + "/workers/x", headers=data).status_code == 401
+        # Probes need no key.
+        assert httpx.get(gw.url + "/health").status_code == 200
+        assert httpx.get(gw.url + "/metrics").status_code == 200
 
 
-def test_events_lost_before_the_gateway_subscribed_are_replayed():
+def test_events_lost_before_the_gateway_subscribed_are_replayed(engines):
     """The engine served requests with nobody listening; the gateway's first batch shows
     a gap, and the engine's replay socket fills it: the router holds what the engine holds."""
-    with Standin() as engine:
-        for i in range(5):
-            assert _post(engine.url, prompt=LONG + f"before {i}").status_code == 200
-        with ServedGateway(config(engine.spec())) as gw:
-            wait_for(lambda: gw.gateway.fleet.up_count == 1)
-            worker = gw.gateway.fleet.find(engine.url).workers[0]
-            assert gw.router.tree.held_tokens(worker) == 0  # nothing live came yet
-            assert _post(engine.url, prompt="a live batch").status_code == 200  # seq 5
-            held = engine.stats()["cache_tokens"]
-            wait_for(lambda: gw.router.tree.held_tokens(worker) == held, timeout=10)
-            stats = gw.router.replayer.stats
-            assert stats.replays_requested >= 1
-            r = _post(gw.url, prompt=LONG + "after")
-            assert int(r.headers["x-radixmeta-matched"]) >= len(LONG) - 4
+    [engine] = engines()
+    for i in range(5):
+        assert _post(engine.url, prompt=LONG + f"before {i}").status_code == 200
+    with ServedGateway(config(engine.spec())) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        worker = gw.gateway.fleet.find(engine.url).workers[0]
+        assert gw.router.tree.held_tokens(worker) == 0  # nothing live came yet
+        assert _post(engine.url, prompt="a live batch").status_code == 200  # seq 5
+        held = engine.stats()["cache_tokens"]
+        wait_for(lambda: gw.router.tree.held_tokens(worker) == held, timeout=10)
+        stats = gw.router.replayer.stats
+        assert stats.replays_requested >= 1
+        r = _post(gw.url, prompt=LONG + "after")
+        assert int(r.headers["x-radixmeta-matched"]) >= len(LONG) - 4
 
 
-def test_engines_without_events_are_routed_on_the_gateways_model_of_their_caches():
-    with (
-        Standin(events=False) as a, Standin(events=False) as b,
-        ServedGateway(config(a.spec(capacity=100_000), b.spec())) as gw,
-    ):
+def test_engines_without_events_are_routed_on_the_gateways_model_of_their_caches(engines):
+    a, b = engines(2)
+    modelled = config(a.spec(exact=False, capacity=100_000), b.spec(exact=False))
+    with ServedGateway(modelled) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 2)
         first = _post(gw.url, prompt=LONG + "one")
         second = _post(gw.url, prompt=LONG + "two")
@@ -247,23 +267,24 @@ def test_engines_without_events_are_routed_on_the_gateways_model_of_their_caches
         assert cached == int(second.headers["x-radixmeta-matched"])
 
 
-def test_a_data_parallel_engine_gets_the_rank_chosen():
-    with Standin(events=False) as engine:
-        spec = WorkerSpec(engine.url, dp_size=2, codec="sglang")
-        with ServedGateway(config(spec)) as gw:
-            wait_for(lambda: gw.gateway.fleet.up_count == 1)
-            assert [(w.name, w.dp_rank) for w in gw.router.workers] == [
-                (engine.url, 0), (engine.url, 1)]
-            ranks = [_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-dp-rank"]
-                     for i in range(6)]
-            assert set(ranks) == {"0", "1"}
-            # Each request told the engine its rank twice: the header and the body field.
-            hints = engine.stats()["rank_hints"]
-            assert hints == {r: 2 * ranks.count(r) for r in set(ranks)}
+def test_a_data_parallel_engine_gets_the_rank_chosen(engines):
+    [engine] = engines()
+    spec = engine.spec(exact=False, dp_size=2, codec="sglang")
+    with ServedGateway(config(spec)) as gw:
+        wait_for(lambda: gw.gateway.fleet.up_count == 1)
+        assert [(w.name, w.dp_rank) for w in gw.router.workers] == [
+            (engine.url, 0), (engine.url, 1)]
+        ranks = [_post(gw.url, prompt=f"{i} {LONG}").headers["x-radixmeta-dp-rank"]
+                 for i in range(6)]
+        assert set(ranks) == {"0", "1"}
+        # Each request told the engine its rank twice: the header and the body field.
+        hints = engine.stats()["rank_hints"]
+        assert hints == {r: 2 * ranks.count(r) for r in set(ranks)}
 
 
-def test_a_client_gone_before_a_plain_answer_cancels_the_engine_work():
-    with Standin() as engine, ServedGateway(config(engine.spec())) as gw:
+def test_a_client_gone_before_a_plain_answer_cancels_the_engine_work(engines):
+    [engine] = engines()
+    with ServedGateway(config(engine.spec())) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         engine.control(delay=3.0)
         with pytest.raises(httpx.ReadTimeout):
@@ -274,12 +295,9 @@ def test_a_client_gone_before_a_plain_answer_cancels_the_engine_work():
         assert registry.get_sample_value("radixmeta_gateway_client_disconnects_total") == 1
 
 
-def test_engines_with_and_without_events_share_one_router():
-    with (
-        Standin() as exact,
-        Standin(events=False) as modelled,
-        ServedGateway(config(exact.spec(), modelled.spec(capacity=2_000))) as gw,
-    ):
+def test_engines_with_and_without_events_share_one_router(engines):
+    exact, modelled = engines(2)
+    with ServedGateway(config(exact.spec(), modelled.spec(exact=False, capacity=2_000))) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 2)
         modes = {w["url"]: w["mode"] for w in httpx.get(gw.url + "/workers").json()["workers"]}
         assert modes == {exact.url: "exact", modelled.url: "approximate"}
@@ -302,10 +320,9 @@ def test_engines_with_and_without_events_share_one_router():
         assert 0 < gw.router.tree.held_tokens(shadow) <= 2_000
 
 
-def test_two_gateways_on_one_fleet_converge_on_what_the_engines_hold():
+def test_two_gateways_on_one_fleet_converge_on_what_the_engines_hold(engines):
+    a, b = engines(2)
     with (
-        Standin() as a,
-        Standin() as b,
         ServedGateway(config(a.spec(), b.spec())) as one,
         ServedGateway(config(a.spec(), b.spec())) as other,
     ):
@@ -331,8 +348,9 @@ def test_two_gateways_on_one_fleet_converge_on_what_the_engines_hold():
         assert int(again.headers["x-radixmeta-matched"]) >= 496
 
 
-def test_one_json_log_line_per_request_when_asked(caplog):
-    with Standin() as engine, ServedGateway(config(engine.spec(), log_requests=True)) as gw:
+def test_one_json_log_line_per_request_when_asked(engines, caplog):
+    [engine] = engines()
+    with ServedGateway(config(engine.spec(), log_requests=True)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         with caplog.at_level("INFO", logger="radixmeta.gateway.requests"):
             _post(gw.url, prompt="log me")

@@ -18,7 +18,7 @@ times ``--time-scale``; so the cache's hits show in the time to first token. Gen
 tokens then stream every ``--token-interval`` seconds, concurrently. The cache stores
 each prompt after its prefill and evicts least recently used pages past ``--capacity``.
 ``GET /standin/stats`` reports the real hit rate; ``POST /standin/control`` injects
-faults (an error status, a delay before the answer).
+faults (an error status, a delay before the answer) or resets the engine as new.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class StandinEngine:
         self.prefill_time = costs.prefill_model(prefill_model)
         self.time_scale = time_scale
         self.token_interval = token_interval
+        self._start_token_interval = token_interval
         self.max_tokens = max_tokens
         self.flavor = flavor
         self.log = EventLog(form="blocks", worker=model, capacity=1 << 20, max_tokens=1 << 26)
@@ -265,6 +266,16 @@ class StandinEngine:
 
     async def control(self, request: Request) -> Response:
         body = _JSON.decode(await request.body())
+        if body.get("reset"):
+            # As a freshly started engine: an empty cache (its AllBlocksCleared published),
+            # zero counters, no faults. Tests share one process across many cases this way.
+            self.cache.reset()
+            self._flush()
+            self.requests = self.prompt_tokens = self.cached_tokens = 0
+            self.generated = self.cancelled = 0
+            self.rank_hints = {}
+            self.fail_status, self.delay = None, 0.0
+            self.token_interval = self._start_token_interval
         if "fail_status" in body:
             self.fail_status = body["fail_status"]
         if "delay" in body:
