@@ -1,10 +1,12 @@
 """The gateway's HTTP client to its engines: pooled keep-alive connections (aiohttp).
 
-Why aiohttp and not httpx: on the measurement machine (a shared 2-core VM) one request to
-a stand-in engine costs 1.1-1.3 ms through ``httpx.AsyncClient`` and 0.32 ms through
-``aiohttp.ClientSession`` (p50 of 300 sequential requests each, the engine's own time
-included); the gateway's budget for everything it adds is 1 ms at p50. Both are pooled
-keep-alive clients; aiohttp's parser is in C and its pool is a dict per host.
+Why aiohttp and not httpx: on the measurement machine (a shared 2-core VM) a request to
+a stand-in engine costs the client process 1.1-1.4 ms of CPU through
+``httpx.AsyncClient`` and 0.3-0.4 ms through ``aiohttp.ClientSession``, and with 32 in
+flight httpx passes 190-280 requests/s where aiohttp passes 1,460-1,840
+(``bench/gateway_client.py``; docs/gateway.md has the table). The gateway's budget for
+everything it adds is 1 ms at p50. Both are pooled keep-alive clients; aiohttp's parser
+is in C and its pool is a dict per host.
 
 :class:`Upstream` owns one session for every engine (its pool is keyed by host), opened
 and closed on the gateway's event loop. A failure before the engine's first byte is an
