@@ -9,6 +9,10 @@ kills is replaced), and closes what it opened within the test's bound.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -16,7 +20,7 @@ import pytest
 pytest.importorskip("uvicorn", reason="the gateway extra (uvicorn) is not installed")
 openai = pytest.importorskip("openai", reason="the openai client is not installed")
 
-from _gateway import ServedGateway, StandinPool, config, wait_for  # noqa: E402
+from _gateway import ROOT, ServedGateway, StandinPool, config, wait_for  # noqa: E402
 from _ports import free_port_block  # noqa: E402
 
 from radixmeta.gateway import WorkerSpec  # noqa: E402
@@ -365,3 +369,58 @@ def test_one_json_log_line_per_request_when_asked(engines, caplog):
         assert lines[0]["worker"] == engine.url and lines[0]["prompt_tokens"] == 6
         assert lines[0]["ttft"] is None and lines[1]["ttft"] > 0
         assert lines[1]["outcome"] == "done"
+
+
+def _health_of(process, url):
+    """``"exited"``, the status of ``url/health``, or None while it does not answer yet."""
+    if process.poll() is not None:
+        return "exited"
+    try:
+        return httpx.get(url + "/health", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def _serve(*args):
+    """``python -m radixmeta serve`` on a free port: (process, url) once it answers."""
+    for attempt in range(3):  # a port free when probed may be taken when bound
+        port = free_port_block(1)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "radixmeta", "serve", "--port", str(port), *args],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            state = wait_for(lambda p=process, u=url: _health_of(p, u), timeout=30)
+        except BaseException:
+            process.kill()
+            process.communicate(timeout=15)
+            raise
+        if state != "exited":
+            return process, url
+        err = process.communicate(timeout=15)[1]
+        assert attempt < 2 and "address already in use" in err, err
+    msg = "radixmeta serve found no free port in three tries"
+    raise AssertionError(msg)
+
+
+def test_radixmeta_serve_as_a_process_from_a_workers_file(engines, tmp_path):
+    """The console command end to end: engines from a YAML file, the start-up warning of
+    byte routing, a routed completion, and a clean exit on SIGTERM."""
+    [engine] = engines()
+    workers = tmp_path / "workers.yaml"
+    workers.write_text(f"workers:\n  - url: {engine.url}\n    events: {engine.events}\n"
+                       f"    replay: {engine.replay}\n    name: only\n")
+    process, url = _serve("--page-size", "4", "--workers-file", str(workers),
+                          "--log-level", "warning")
+    try:
+        r = _post(url, prompt="from the console")
+        assert r.status_code == 200 and r.headers["x-radixmeta-worker"] == "only"
+    finally:
+        process.terminate()
+        err = process.communicate(timeout=15)[1]
+    # uvicorn shuts down gracefully, then raises the signal it caught again (as it should:
+    # the parent sees how its child ended).
+    assert process.returncode == -signal.SIGTERM, err
+    assert "Traceback" not in err
+    assert "no --tokenizer: routing on UTF-8 bytes" in err
