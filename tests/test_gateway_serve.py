@@ -7,6 +7,7 @@ set stays quick; each test leaves the fleet as it found it (nothing in flight).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import httpx
 import pytest
@@ -26,8 +27,8 @@ def fleet():
     with (
         Standin(model="m") as a, Standin(model="m") as b,
         # A long upstream timeout: the burst below queues 1,000 requests on two engines
-        # (slow ones under RADIXMETA_IMPLEMENTATION=python).
-        ServedGateway(config(a.spec(), b.spec(), request_timeout=45.0)) as served,
+        # (slow ones under RADIXMETA_IMPLEMENTATION=python, on a loaded machine).
+        ServedGateway(config(a.spec(), b.spec(), request_timeout=120.0)) as served,
     ):
         wait_for(lambda: served.gateway.fleet.up_count == 2)
         yield served, (a, b)
@@ -200,12 +201,15 @@ def test_engine_loads_are_scraped_into_the_router(gw, fleet):
     assert reported.queue_length == 0 and 0.0 <= reported.kv_usage <= 1.0
 
 
+# 10-15 s here, most of it httpx's (the client shares this process, and its GIL, with the
+# gateway); the bound leaves room for a machine loaded four times over.
+@pytest.mark.timeout(180)
 def test_a_burst_of_1000_concurrent_requests(gw, fleet):
     before = sum(e.stats()["requests"] for e in fleet[1])
 
     async def burst():
         limits = httpx.Limits(max_connections=1000)
-        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        async with httpx.AsyncClient(limits=limits, timeout=150) as client:
             async def one(i):
                 body = {"prompt": f"{PREFIX[:200]} burst {i % 37}", "max_tokens": 2}
                 if i % 2:
@@ -216,7 +220,8 @@ def test_a_burst_of_1000_concurrent_requests(gw, fleet):
             return await asyncio.gather(*(one(i) for i in range(1000)))
 
     results = asyncio.run(burst())
-    assert [s for s, _ in results] == [200] * 1000
+    statuses = Counter(s for s, _ in results)
+    assert statuses == {200: 1000}, statuses
     assert {w for _, w in results} <= {e.url for e in fleet[1]}
     wait_for(lambda: gw.router.in_flight == 0)
     assert sum(e.stats()["requests"] for e in fleet[1]) - before == 1000
