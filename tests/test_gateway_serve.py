@@ -26,9 +26,12 @@ PREFIX = "You are a careful assistant. Answer briefly and cite the rule you used
 def fleet():
     with (
         Standin(model="m") as a, Standin(model="m") as b,
-        # A long upstream timeout: the burst below queues 1,000 requests on two engines
-        # (slow ones under RADIXMETA_IMPLEMENTATION=python, on a loaded machine).
-        ServedGateway(config(a.spec(), b.spec(), request_timeout=120.0)) as served,
+        # Long upstream timeouts: the burst below queues 1,000 requests on two engines
+        # (slow ones under RADIXMETA_IMPLEMENTATION=python, on a loaded machine), and the
+        # gateway's event loop shares this process's GIL with the 1,000 httpx requests: at
+        # load average 10 its connects to the engines were noticed after the default 2 s.
+        ServedGateway(config(a.spec(), b.spec(), request_timeout=120.0,
+                             connect_timeout=30.0)) as served,
     ):
         wait_for(lambda: served.gateway.fleet.up_count == 2)
         yield served, (a, b)
@@ -221,7 +224,9 @@ def test_a_burst_of_1000_concurrent_requests(gw, fleet):
 
     results = asyncio.run(burst())
     statuses = Counter(s for s, _ in results)
-    assert statuses == {200: 1000}, statuses
+    errors = [line for line in httpx.get(gw.url + "/metrics").text.splitlines()
+              if line.startswith("radixmeta_gateway_upstream_errors_total{")]
+    assert statuses == {200: 1000}, (statuses, errors)
     assert {w for _, w in results} <= {e.url for e in fleet[1]}
     wait_for(lambda: gw.router.in_flight == 0)
     assert sum(e.stats()["requests"] for e in fleet[1]) - before == 1000
