@@ -8,6 +8,8 @@
   SGLang, or radixmeta's own), replays them into a MetaTree and shows a live
   table per worker; ``--json-out`` writes the final state, ``--metrics-port``
   serves it to Prometheus.
+- ``radixmeta serve`` runs the OpenAI-compatible gateway (:mod:`radixmeta.gateway`, the
+  ``gateway`` extra) in front of vLLM or SGLang engines.
 - ``radixmeta demo`` is a short demonstration of RadixCache and MetaTree with
   timings (:mod:`radixmeta.demo`).
 """
@@ -159,6 +161,19 @@ def _parser() -> argparse.ArgumentParser:
         help="records one worker may have waiting; past it the worker is repaired or resynced",
     )
     listen.add_argument("--no-table", action="store_true", help="print no live table")
+    from radixmeta.gateway.serve import add_serve_arguments
+
+    serve = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible gateway that routes a fleet by its caches",
+        description=(
+            "Serve /v1/completions and /v1/chat/completions in front of vLLM or SGLang "
+            "engines, routing each request with the Router: exactly from the engines' KV "
+            "events where they publish them, approximately from its own dispatches elsewhere. "
+            "Needs the 'gateway' extra."
+        ),
+    )
+    add_serve_arguments(serve)
     return parser
 
 
@@ -179,7 +194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.command == "simulate"
                 else commands.reproduce_a4(args)
             )
+        if args.command == "serve":
+            from radixmeta.gateway.serve import serve
+
+            return serve(args)
         return _listen(args)
+    except ImportError as exc:
+        if args.command != "serve":
+            raise
+        print(f"radixmeta serve: {exc}", file=sys.stderr)
+        return 2
     except RadixMetaError as exc:
         print(f"radixmeta {args.command}: {exc}", file=sys.stderr)
         return 2
