@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from radixmeta import _keys
 from radixmeta._batch import PrefixGroup, prefix_groups
+from radixmeta._inflight import InFlightPrefixes
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
@@ -53,6 +54,7 @@ from radixmeta.errors import (
 from radixmeta.meta import MetaTree
 from radixmeta.policies._params import extremes
 from radixmeta.policies.base import BatchPolicy, Choice, EngineLoad, Request, View
+from radixmeta.policies.expected import expected_lengths
 from radixmeta.replay import Replayer, ReplaySource, ReplayStats
 
 if TYPE_CHECKING:
@@ -78,7 +80,9 @@ class Decision:
         The worker chosen.
     matched : int
         Tokens of the prompt that worker held (by the events and the router's
-        own marks) when it was chosen: the estimated cache hit.
+        own marks) when it was chosen, less what the requests queued ahead of it
+        there are expected to evict before it runs (``View.expected``): the
+        estimated cache hit.
     label : str
         The policy's short reason (``"affinity"``, ``"balance"``...), or
         ``"chosen"`` when it gave none; counted by ``Router.metrics()``.
@@ -104,6 +108,7 @@ class Decision:
         "_hold",
         "_started",
         "_decode",  # set by prefill_done: the tokens counted in decode_tokens
+        "_keys",  # its prefixes in the router's InFlightPrefixes (empty: not counted)
     )
     _decode: int
 
@@ -128,6 +133,7 @@ class Decision:
         self._request = request
         self._hold = hold  # the hold of its pages (exact mode)
         self._started = started
+        self._keys: tuple[Any, ...] = ()
 
     @property
     def lengths(self) -> dict[WorkerId, int]:
@@ -350,6 +356,9 @@ class Router:
         # Generated ids: a prefix of this router's own, then a counter (a C iterator).
         self._ids = map(f"req-{secrets.token_hex(4)}-".__add__, map(str, itertools.count()))
         self._outputs = [0, 0]  # finishes that reported output tokens, and their sum
+        # The prefixes in-flight requests start with, per worker: a prefix one of them
+        # starts with is not evicted before a later request of it runs (the estimate).
+        self._inflight = InFlightPrefixes(self.page_size)
         self.policy = self._policy  # its hooks, and the first _refresh
 
     @property
@@ -469,7 +478,12 @@ class Router:
         kv_usage: float | None = None,
         running: int | None = None,
     ) -> None:
-        """Record what a worker's engine reports about itself (shown to policies as is).
+        """Record what a worker's engine reports about itself (``view.reported``).
+
+        The router stamps the report with its clock and its own count of the
+        worker's requests in flight (``EngineLoad.at``, ``EngineLoad.router_requests``),
+        so that a policy can add what only the engine saw to the router's current
+        counts (:func:`radixmeta.policies.base.extra_requests`).
 
         Raises
         ------
@@ -487,7 +501,11 @@ class Router:
                 raise InvalidInputError(msg)
             kv_usage = float(kv_usage)
         with self._lock:
-            self._state(worker).reported = EngineLoad(queue, kv_usage, run)
+            state = self._state(worker)
+            # Stamped with the router's clock and its own count at arrival, so a
+            # policy can weigh the report against the counts it has since.
+            own = self._requests[worker.index]
+            state.reported = EngineLoad(queue, kv_usage, run, self._clock(), own)
             self._refresh()
 
     def load(self, worker: WorkerId) -> WorkerLoad:
@@ -529,6 +547,8 @@ class Router:
         # Every index up (no down worker, no free slot): a view copies whole lists.
         self._dense = self._up_index == list(range(len(self._workers)))
         self._capacities: list[int | None] = [s.capacity for s in up]
+        # Only a known capacity can evict: without one no estimate is made.
+        self._bounded = any(c is not None for c in self._capacities)
         self._reported: list[EngineLoad | None] = [s.reported for s in up]
         self._position = {s.worker.index: k for k, s in enumerate(up)}
         # What dispatch reads, in one attribute: each attribute read costs on every request.
@@ -549,6 +569,7 @@ class Router:
             self._prefill,
             self._decode,
             self._flights,
+            self._bounded,
         )
 
     def _pick(self, values: list[int]) -> list[int]:
@@ -635,6 +656,7 @@ class Router:
                 prefill,
                 decode,
                 flights,
+                bounded,
             ) = self._hot
             if request_id is None:
                 rid = next(self._ids)
@@ -680,6 +702,8 @@ class Router:
                     page_size,
                     m.prefix_key,
                 )
+            if bounded:
+                view.expected = self._expected(view, key, namespace)
             request = Request(rid, key, namespace, extras, group, expected_output)
             choice = choose(request, view)
             # A WorkerId of the view, bare or in a Choice, found by its index: no
@@ -702,13 +726,19 @@ class Router:
             else:
                 worker, label, detail = self._unpack(choice, up, True)
             i = worker.index
-            matched = every[i]
+            raw = matched = every[i]
+            if bounded:
+                expected = view.expected
+                assert expected is not None
+                matched = expected[position[i]] if expected is not lengths else raw
             if exact:
                 hold: int | None = m.hold(worker)
             else:
                 hold = None
                 m.insert(worker)
             decision = Decision(rid, worker, matched, label, detail, view, request, hold, clock())
+            if bounded:
+                self._enter(decision, raw, namespace)
             # _count, inline. The counters of metrics() take the request when it ends
             # (finish, expire, removal); until then metrics() reads it from flights.
             requests[i] += 1
@@ -717,6 +747,56 @@ class Router:
             if on_dispatch is not None:
                 on_dispatch(request, worker, matched)
             return decision
+
+    def _expected(self, view: View, key: Tokens, namespace: Hashable) -> list[int]:
+        """``view.expected``: its lengths less what the queues ahead are expected to evict."""
+        inflight, up = self._inflight, view.workers
+        lengths = view.lengths
+
+        def protected(p: int) -> bool:
+            return inflight.key(up[p].index, key, lengths[p], namespace) in inflight
+
+        return expected_lengths(
+            lengths, view.capacities, view.prefill_tokens, self.page_size, protected
+        )
+
+    def _enter(self, decision: Decision, raw: int, namespace: Hashable) -> None:
+        """Count a dispatched request's prefixes in flight on its worker (its whole
+        prompt, and what it matched there) for later requests' estimates."""
+        inflight, tokens, i = self._inflight, decision._request.tokens, decision.worker.index
+        keys = (
+            inflight.key(i, tokens, len(tokens), namespace),
+            inflight.key(i, tokens, raw, namespace),
+        )
+        inflight.enter(keys)
+        decision._keys = keys
+
+    def _expected_every(self, tokens: Tokens, every: list[int], namespace: Hashable) -> list[int]:
+        """A batch request's expected lengths by tree index (``every``'s layout), from the
+        loads before the batch."""
+        pick, inflight, up = self._up_index, self._inflight, self._up
+        lengths = every if self._dense else [every[i] for i in pick]
+        queued = self._prefill if self._dense else [self._prefill[i] for i in pick]
+
+        def protected(p: int) -> bool:
+            return inflight.key(up[p].index, tokens, lengths[p], namespace) in inflight
+
+        got = expected_lengths(lengths, self._capacities, queued, self.page_size, protected)
+        if got is lengths:
+            return every
+        if self._dense:
+            return got
+        out = every[:]
+        for p, i in enumerate(pick):
+            out[i] = got[p]
+        return out
+
+    def _aligned(self, values: list[int], positions: list[int] | None = None) -> list[int]:
+        """Per-index ``values`` as a view's list: the up workers (or those ``positions``)."""
+        pick = self._up_index if positions is None else [self._up_index[p] for p in positions]
+        if positions is None and self._dense:
+            return values
+        return [values[i] for i in pick]
 
     def _new_id(self, taken: set[str] | None = None) -> str:
         rid = next(self._ids)
@@ -853,12 +933,22 @@ class Router:
                     self.page_size,
                     self.group_ratio,
                 )
+            # What each request is expected to find on each worker when it runs there
+            # (by the loads before the batch), per tree index like ``every``.
+            held = every
+            if self._bounded:
+                held = [
+                    self._expected_every(r.tokens, lengths, r.namespace)
+                    for r, lengths in zip(requests_, every, strict=True)
+                ]
             # What each request finds on its worker also counts the batch's earlier
             # requests sent there (their pages are marked with this batch): the hit the
             # decision estimates, and the prefill load it leaves out.
             if self._choose_batch is not None:
-                choices = self._batch_by_policy(requests_, matches, every, host_pages, groups)
-                matched_of = _batch_matched(requests_, every, choices, groups, self.page_size)
+                choices = self._batch_by_policy(
+                    requests_, matches, every, host_pages, groups, held
+                )
+                matched_of = _batch_matched(requests_, held, choices, groups, self.page_size)
                 for request, matched, (worker, *_) in zip(
                     requests_, matched_of, choices, strict=True
                 ):
@@ -866,7 +956,7 @@ class Router:
                     self._prefill[worker.index] += len(request.tokens) - matched
             else:  # these count the loads as they decide (later decisions see them)
                 choices, matched_of = self._batch_by_groups(
-                    requests_, matches, every, host_pages, groups
+                    requests_, matches, every, host_pages, groups, held
                 )
             # Nothing below raises: the decisions are applied whole.
             decisions = []
@@ -884,6 +974,8 @@ class Router:
                 rid = request.request_id
                 decision = Decision(rid, worker, matched, label, detail, view, request, hold, now)
                 flights[rid] = decision
+                if held is not every:
+                    self._enter(decision, every[k][worker.index], request.namespace)
                 if hook is not None:
                     hook(request, worker, matched)
                 decisions.append(decision)
@@ -979,6 +1071,7 @@ class Router:
         every: list[list[int]],
         host_pages: bool,
         groups: Sequence[tuple[list[int], int]],
+        held: list[list[int]],
     ) -> list[tuple[WorkerId, str, tuple[tuple[str, float], ...], View]]:
         if self._dense and not host_pages:
             # Every view of the batch shows the same loads (taken before any of its
@@ -994,6 +1087,9 @@ class Router:
                 self._view_of(r, m, lengths, host_pages)
                 for r, m, lengths in zip(requests, matches, every, strict=True)
             ]
+        if held is not every:
+            for v, expected in zip(views, held, strict=True):
+                v.expected = self._aligned(expected)
         assert self._choose_batch is not None
         choices = self._choose_batch(requests, views, groups)
         if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
@@ -1020,6 +1116,7 @@ class Router:
         every: list[list[int]],
         host_pages: bool,
         groups: Sequence[PrefixGroup],
+        held_of: list[list[int]],
     ) -> tuple[list[Any], list[int]]:
         """Decide a batch group by group with the policy's ``choose``, counting the loads
         as it goes; also ``_batch_matched``'s answer, found on the way."""
@@ -1044,6 +1141,8 @@ class Router:
                     view = self._view_of(
                         requests[first], matches[first], every[first], host_pages, positions
                     )
+                    if held_of is not every:
+                        view.expected = self._aligned(held_of[first], positions)
                     worker, label, detail = self._unpack(
                         self._policy.choose(requests[first], view), view.workers, positions is None
                     )
@@ -1071,7 +1170,7 @@ class Router:
                         where[k] = i
                         # What the batch's earlier requests leave on this worker (see
                         # _batch_matched; a partner is decided before its request).
-                        held = every[k][i]
+                        held = held_of[k][i]
                         p = partners[j]
                         if p >= 0:
                             if where[p] != i:
@@ -1208,6 +1307,8 @@ class Router:
             self._prefill[i] -= flight._uncached
         if hold and flight._hold is not None:
             self.tree.release(flight._hold)
+        if flight._keys:
+            self._inflight.leave(flight._keys)
         if self._on_finish is not None:
             self._on_finish(flight._request, flight.worker)
 

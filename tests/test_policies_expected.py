@@ -1,0 +1,129 @@
+"""The router's estimate of what will still be cached when a request runs (``View.expected``).
+
+A match says what a worker holds now; the requests queued ahead of a new one write
+their prompts into the same pool first. The rule (radixmeta.policies.expected):
+the prefix every worker holds and a prefix an in-flight request on the worker
+starts with stay; of the rest, ``1 - queued / (capacity - matched)`` stays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from radixmeta import Router
+from radixmeta.policies import Choice, Request, View
+from radixmeta.policies.expected import expected_lengths
+
+
+@pytest.mark.parametrize(
+    ("lengths", "capacities", "queued", "page", "expected"),
+    [
+        # nothing queued, or no capacity known: everything stays (the same list)
+        ([4000, 0], [10_000, 10_000], [0, 0], 1, [4000, 0]),
+        ([4000, 0], [None, None], [9000, 0], 1, [4000, 0]),
+        # 3,000 queued beside a 4,000-token prefix in a 10,000 pool: half of it
+        ([4000, 0], [10_000, 10_000], [3000, 0], 1, [2000, 0]),
+        # the 500 every worker holds stays; half of the other 3,500 does
+        ([4000, 500], [10_000, 10_000], [3000, 0], 1, [2250, 500]),
+        # the queue alone fills the room: only the shared head is left
+        ([4000, 500], [10_000, 10_000], [6000, 9000], 1, [500, 500]),
+        # to the nearest whole page of 16: 1,008 x (1 - 1,205 / 2,008) = 403.1 -> 400
+        ([1008, 0], [3016, 3016], [1205, 0], 16, [400, 0]),
+    ],
+)
+def test_the_rule_by_hand(
+    lengths: list[int],
+    capacities: list[int | None],
+    queued: list[int],
+    page: int,
+    expected: list[int],
+) -> None:
+    assert expected_lengths(lengths, capacities, queued, page) == expected
+
+
+def test_nothing_cut_is_the_same_list_and_protection_is_asked_only_where_it_would_cut() -> None:
+    lengths = [4000, 4000, 0]
+    assert expected_lengths(lengths, [10_000] * 3, [0, 0, 0]) is lengths
+    asked: list[int] = []
+
+    def protected(i: int) -> bool:
+        asked.append(i)
+        return i == 1
+
+    got = expected_lengths(lengths, [10_000, 10_000, None], [3000, 3000, 3000], 1, protected)
+    assert got == [2000, 4000, 0] and asked == [0, 1]
+
+
+class Always:
+    """Every request to the first worker of the view (and the views it saw)."""
+
+    def __init__(self) -> None:
+        self.views: list[View] = []
+
+    def choose(self, request: Request, view: View) -> Choice:
+        self.views.append(view)
+        return Choice(view.workers[0], "first")
+
+
+def tokens(prefix: int, tail: int, tag: int) -> np.ndarray:
+    """A prompt: ``prefix`` shared tokens (ids 1..), then ``tail`` of its own (``tag``)."""
+    shared = np.arange(1, prefix + 1, dtype=np.uint32)
+    return np.concatenate([shared, np.full(tail, 100_000 + tag, dtype=np.uint32)])
+
+
+def router_with_a_prefix(mode: str = "approximate") -> tuple[Router, Always, Any]:
+    policy = Always()
+    router = Router(policy=policy, mode=mode)
+    a = router.add_worker("a", capacity=10_000)
+    router.add_worker("b", capacity=10_000)
+    first = router.dispatch(tokens(4000, 100, 0))  # the modelled cache keeps it after
+    router.finish(first.request_id)
+    return router, policy, a
+
+
+def test_decision_matched_leaves_out_what_the_queue_ahead_evicts() -> None:
+    router, policy, a = router_with_a_prefix()
+    busy = router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
+    d = router.dispatch(tokens(4000, 100, 1))
+    view = policy.views[-1]
+    assert view.lengths[0] == 4000 and view.expected == [2000, 0]
+    assert d.matched == 2000 and d.lengths[a] == 4000  # the match itself is kept
+    assert router.load(a).prefill_tokens == 3000 + 4100 - 2000
+    router.finish(busy.request_id)
+    router.finish(d.request_id)
+
+
+def test_an_in_flight_request_of_the_prefix_protects_it() -> None:
+    router, policy, _ = router_with_a_prefix()
+    router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
+    sibling = router.dispatch(tokens(4000, 100, 1))  # matched 4,000 there: it is counted
+    assert sibling.matched == 2000
+    d = router.dispatch(tokens(4000, 100, 2))  # the sibling starts with the same 4,000
+    assert policy.views[-1].expected == [4000, 0] and d.matched == 4000
+    router.finish(sibling.request_id)
+    again = router.dispatch(tokens(4000, 100, 3))  # one sibling is still in flight
+    assert again.matched == 4000
+    router.finish(d.request_id)
+    router.finish(again.request_id)
+    last = router.dispatch(tokens(4000, 100, 4))  # none is: the rule applies again
+    assert last.matched < 4000
+
+
+def test_the_batch_path_counts_its_own_sharing_beside_the_estimate() -> None:
+    router, policy, _ = router_with_a_prefix()
+    router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))
+    first, second = router.dispatch_batch([tokens(4000, 100, 1), tokens(4000, 100, 2)])
+    assert first.matched == 2000  # the estimate, as dispatch gives it
+    # the second shares 4,000 with the first, sent to the same worker in this batch
+    assert second.matched == 4000
+
+
+def test_no_capacity_no_estimate() -> None:
+    policy = Always()
+    router = Router(policy=policy)
+    router.add_worker("a")
+    router.dispatch(tokens(100, 10, 0))
+    assert policy.views[-1].expected is None
