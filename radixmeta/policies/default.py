@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
-from radixmeta.policies._params import check_number, new_choice
-from radixmeta.policies.base import Choice, Request, View
+from radixmeta.policies._params import ReportedExtra, check_number, new_choice
+from radixmeta.policies.base import Choice, EngineLoad, Request, View
 from radixmeta.policies.costs import DEFAULT_PREFILL, PrefillTime, model_name, prefill_model
 
 __all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
@@ -202,6 +202,7 @@ class DefaultPolicy:
 
     __slots__ = (
         "_capacities",
+        "_extra",
         "_least_capacity",
         "_model_name",
         "_orders",
@@ -234,6 +235,7 @@ class DefaultPolicy:
         # The least capacity of the last capacities list seen (None: some unknown).
         self._capacities: object = None
         self._least_capacity: int | None = None
+        self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
         return (
@@ -265,9 +267,34 @@ class DefaultPolicy:
         """
         if not requests:
             return []
-        workers = views[0].workers
+        first = views[0]
+        workers = first.workers
         n = len(workers)
-        queued = [float(q) for q in views[0].prefill_tokens]
+        queued = [float(q) for q in first.prefill_tokens]
+        # What the engines reported, as choose reads it: requests the router cannot see
+        # queue at the mean uncached tokens of those it can and slow each prefill; the
+        # requests waiting there are delayed by each token placed on the worker (the
+        # batch's own later members the packing counts itself).
+        extra = self._extra(first.reported)
+        in_flight = [float(q + d) for q, d in zip(first.prefill_tokens, first.decode_tokens,
+                                                   strict=True)]
+        loads = list(first.requests)
+        if extra is not None:
+            total = sum(first.requests)
+            unit = sum(first.prefill_tokens) / total if total else 0.0
+            for w in range(n):
+                queued[w] += extra[w] * unit
+                loads[w] += extra[w]
+        speed = [1.0 + load / CHUNK_TOKENS for load in loads]
+        waiting = _waiting(first.reported, first.requests)
+        weight = (
+            [1.0] * n
+            if waiting is None
+            else [1.0 + self.work_weight * waiting[w] for w in range(n)]
+        )
+        turn = self._turn % n
+        self._turn = turn + 1
+        order = (*range(turn, n), *range(turn))
         whole: list[_Piece] = []
         for g, group in enumerate(groups):
             indices, shared = group
@@ -280,7 +307,7 @@ class DefaultPolicy:
             if partners is None or common is None or len(partners) != len(indices):
                 partners, common = [-1] * len(indices), [0] * len(indices)
             members = [
-                _Member(i, len(requests[i].tokens), p, c, views[i].lengths)
+                _Member(i, len(requests[i].tokens), p, c, _held(views[i]))
                 for i, p, c in zip(indices, partners, common, strict=True)
             ]
             whole.append(_Piece(g, members, min(shared, min(m.length for m in members))))
@@ -296,7 +323,7 @@ class DefaultPolicy:
         ]
         best = None
         for pieces in ([whole] if len(cut) == len(whole) else [whole, cut]):
-            packing = _pack(list(pieces), queued, n)
+            packing = _pack(list(pieces), queued, order, speed, weight, in_flight)
             if best is None or max(packing[2]) < max(best[2]):
                 best = packing
         assert best is not None
@@ -350,9 +377,18 @@ class DefaultPolicy:
         if len(times) > _TIMES_KEPT:
             times.clear()
 
-        # The lean scan, for what nearly every request is: nothing on a host tier (the
-        # router then passes one list for both) and every worker with room for it.
-        if host is not lengths:
+        # What the engines reported, and what the router expects to stay cached: the
+        # loaded scan reads them (load.py's rules); without them, the plain scans.
+        reported = view.reported
+        extra = self._extra(reported)
+        waiting = _waiting(reported, requests)
+        expected = view.expected
+        if expected is None:
+            expected = lengths
+        loaded = extra is not None or waiting is not None or expected is not lengths
+        # The lean scan, for what nearly every request is without reports: nothing on a
+        # host tier (the router then passes one list for both) and every worker with room.
+        if host is not lengths or loaded:
             lean = False
         else:
             if capacities is not self._capacities:  # the router's list changes on refresh
@@ -390,6 +426,11 @@ class DefaultPolicy:
                     and queued[i] + decoding[i] < queued[best] + decoding[best]
                 ):
                     best, best_score, best_own = i, score, own
+        elif loaded:
+            best, best_own, best_wait = self._loaded(
+                (turn, *rest), size, expected, host, queued, decoding, requests, capacities,
+                extra, waiting,
+            )
         else:
             best, best_own = self._general(
                 (turn, *rest), size, lengths, host, queued, decoding, requests, capacities
@@ -403,15 +444,96 @@ class DefaultPolicy:
             reason = "affinity"
         else:
             reason = "spill"
-        slow = 1.0 + requests[best] / CHUNK_TOKENS
+        if loaded:
+            ttft = best_wait + (1.0 + requests[best] / CHUNK_TOKENS) * best_own
+        else:
+            slow = 1.0 + requests[best] / CHUNK_TOKENS
+            ttft = slow * (token_time * queued[best] + best_own)
         detail = (
-            ("ttft", slow * (token_time * queued[best] + best_own)),
+            ("ttft", ttft),
             ("prefill", best_own),
             ("matched", float(lengths[best])),
             ("host_matched", float(chosen)),
             ("best_matched", float(top)),
         )
         return new_choice(Choice, (workers[best], reason, detail))
+
+    def _loaded(
+        self,
+        order: tuple[int, ...],
+        size: int,
+        expected: list[int],
+        host: list[int],
+        queued: list[int],
+        decoding: list[int],
+        requests: list[int],
+        capacities: list[int | None],
+        extra: list[int] | None,
+        waiting: list[int] | None,
+    ) -> tuple[int, float, float]:
+        """``choose``'s scan with what the engines reported and the router expects:
+        (best index, its own prefill time, its wait in seconds).
+
+        Per worker: the expected match sets its own prefill; requests its engine
+        reported beyond the router's own add to its in-flight count and, at the
+        fleet's mean queued tokens a request, to its queue; the requests waiting
+        there (reported) are the requests behind that its prefill delays.
+        """
+        prefill = self._prefill
+        work_weight = self.work_weight
+        host_weight = self.host_weight
+        token_time = self._token_time
+        times = self._times
+        base = size << 32
+        in_flight_requests = sum(requests)
+        # A request the router cannot see weighs the mean uncached tokens of those it can.
+        unit = sum(queued) / in_flight_requests if in_flight_requests else float(size)
+        best = -1
+        best_fits = False
+        best_score = math.inf
+        best_tokens = 0
+        best_own = 0.0
+        best_wait = 0.0
+        for i in order:
+            matched = expected[i]
+            miss = times.get(base | matched)
+            if miss is None:
+                miss = times[base | matched] = prefill(size - matched, size)
+            held = host[i]
+            if held > matched:
+                rest = times.get(base | held)
+                if rest is None:
+                    rest = times[base | held] = prefill(size - held, size)
+                own = rest + (1.0 - host_weight) * (miss - rest)
+            else:
+                own = miss
+            load = requests[i]
+            tokens = float(queued[i])
+            if extra is not None:
+                load += extra[i]
+                tokens += extra[i] * unit
+            behind = 1 + (waiting[i] if waiting is not None else 0)
+            slow = 1.0 + load / CHUNK_TOKENS
+            wait = slow * token_time * tokens
+            score = wait + slow * (1.0 + work_weight * behind) * own
+            in_flight = queued[i] + decoding[i]
+            capacity = capacities[i]
+            fits = capacity is None or in_flight + size - matched <= capacity
+            if (
+                best < 0
+                or (fits and not best_fits)
+                or (
+                    fits == best_fits
+                    and (score < best_score or (score == best_score and in_flight < best_tokens))
+                )
+            ):
+                best = i
+                best_fits = fits
+                best_score = score
+                best_tokens = in_flight
+                best_own = own
+                best_wait = wait
+        return best, best_own, best_wait
 
     def _general(
         self,
@@ -469,28 +591,62 @@ class DefaultPolicy:
         return best, best_own
 
 
+def _waiting(reported: list[EngineLoad | None], requests: list[int]) -> list[int] | None:
+    """Per worker, the requests waiting in its engine's queue: the reported queue plus what
+    the router dispatched there since (``None`` when no engine reported a queue)."""
+    if reported.count(None) == len(reported):
+        return None
+    out = [0] * len(reported)
+    some = False
+    for i, report in enumerate(reported):
+        if report is None or report.queue_length is None:
+            continue
+        since = requests[i] - (report.router_requests or 0)
+        out[i] = report.queue_length + (since if since > 0 else 0)
+        some = True
+    return out if some else None
+
+
+def _held(view: View) -> list[int]:
+    """What a batch member finds on each worker: the router's expectation, if it made one."""
+    return view.lengths if view.expected is None else view.expected
+
+
 def _pack(
-    pieces: list[_Piece], queued: list[float], n: int
+    pieces: list[_Piece],
+    queued: list[float],
+    order: tuple[int, ...],
+    speed: list[float],
+    weight: list[float],
+    in_flight: list[float],
 ) -> tuple[list[_Piece], list[int], list[float]]:
     """Place the pieces largest first, each on the worker it leaves least loaded (a
     second piece of a group on a worker shares the first one's prefix there).
-    Returns the pieces, each one's worker and the workers' loads."""
+
+    A worker's load is its tokens to prefill; it is compared as ``speed * (load +
+    weight * cost)``: slowed by the requests in flight there, and the piece's cost
+    weighed by the requests already waiting there that it delays (1 without
+    reports, which is plain least-loaded packing). Workers are scanned from
+    ``order``'s first (the policy's rotation), ties going to the fewest tokens in
+    flight. Returns the pieces, each one's worker and the workers' loads."""
     load = queued[:]
+    in_flight = in_flight[:]
     where = [0] * len(pieces)
     placed: set[tuple[int, int]] = set()
     for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].cold):
         piece = pieces[p]
         row = piece.costs()
-        best, best_after = 0, math.inf
-        for w in range(n):
-            if (piece.group, w) in placed:
-                after = load[w] + piece.cost(w, True)
-            else:
-                after = load[w] + row[w]
-            if after < best_after:
-                best, best_after = w, after
+        best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
+        for w in order:
+            cost = piece.cost(w, True) if (piece.group, w) in placed else row[w]
+            score = speed[w] * (load[w] + weight[w] * cost)
+            if best < 0 or score < best_score or (
+                score == best_score and in_flight[w] < best_tokens
+            ):
+                best, best_score, best_cost, best_tokens = w, score, cost, in_flight[w]
         where[p] = best
-        load[best] = best_after
+        load[best] += best_cost
+        in_flight[best] += best_cost
         placed.add((piece.group, best))
     return pieces, where, load
 
