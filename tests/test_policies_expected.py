@@ -113,7 +113,7 @@ def test_an_in_flight_request_of_the_prefix_protects_it() -> None:
 
 
 def test_the_batch_path_counts_its_own_sharing_beside_the_estimate() -> None:
-    router, policy, _ = router_with_a_prefix()
+    router, _, _ = router_with_a_prefix()
     router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))
     first, second = router.dispatch_batch([tokens(4000, 100, 1), tokens(4000, 100, 2)])
     assert first.matched == 2000  # the estimate, as dispatch gives it

@@ -7,6 +7,8 @@ only the engine saw (requests beyond the router's own when it reported).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from policy_cases import index_of, request, view
 
@@ -137,13 +139,41 @@ def test_default_counts_the_requests_waiting_behind_as_delayed_by_its_prefill() 
     # Worker 0 holds 1,536 of a 2,048-token prompt and has 6,000 tokens queued, worker 1
     # 1,000: without reports the prefix is worth recomputing on worker 1. With 20 requests
     # reported waiting on each, each delayed by the prefill the choice adds, it is not.
+    # (The count is the fleet's: a balanced fleet's workers are equally busy.)
     v = view([1536, 0], requests=[20, 20], prefill=[6000, 1000])
     assert index_of(v, create("default").choose(request(2048), v)) == 1
     waiting = [EngineLoad(queue_length=20, running=0, router_requests=20)] * 2
     busy = view([1536, 0], requests=[20, 20], prefill=[6000, 1000], reported=waiting)
     choice = create("default").choose(request(2048), busy)
     assert index_of(busy, choice) == 0 and choice.reason == "affinity"
-    # An idle worker delays nobody: there the recompute is the faster first token.
-    idle = [waiting[0], EngineLoad(queue_length=0, running=0, router_requests=0)]
-    light = view([1536, 0], requests=[20, 0], prefill=[6000, 0], reported=idle)
+    # A fleet with nothing waiting and pools a tenth full delays little: there the
+    # recompute on the idle worker is the faster first token.
+    quiet = [
+        EngineLoad(queue_length=0, kv_usage=0.1, running=20, router_requests=20),
+        EngineLoad(queue_length=0, kv_usage=0.1, running=0, router_requests=0),
+    ]
+    light = view([1536, 0], requests=[20, 0], prefill=[6000, 0], reported=quiet)
     assert index_of(light, create("default").choose(request(2048), light)) == 1
+    # The same with the pools 95 % full: a second of recompute delays about 19 requests.
+    full = [replace(r, kv_usage=0.95) for r in quiet]
+    busy = view([1536, 0], requests=[20, 0], prefill=[6000, 0], reported=full)
+    assert index_of(busy, create("default").choose(request(2048), busy)) == 0
+
+
+def test_default_waits_for_room_in_a_full_pool() -> None:
+    # Worker 0 holds 1,536 of the prompt but its 100,000-token pool is 99.9 % used by
+    # 10 running requests: the 512 new tokens and the output reserve wait until about
+    # 2,400 tokens are freed, which 2,000-token outputs take over a second to do.
+    reports = [
+        EngineLoad(queue_length=0, kv_usage=0.999, running=10, router_requests=10),
+        EngineLoad(queue_length=0, kv_usage=0.1, running=1, router_requests=1),
+    ]
+    v = view([1536, 0], requests=[10, 1], capacities=[100_000, 100_000], reported=reports)
+    ask = request(2048, expected_output=2000)
+    choice = create("default").choose(ask, v)
+    assert index_of(v, choice) == 1
+    assert dict(choice.detail)["ttft"] < 0.3
+    # A decode step that took no time would free the room at once: the holder wins.
+    instant = create("default", decode=lambda batch, context: 0.0)
+    assert index_of(v, instant.choose(ask, v)) == 0
+    assert repr(instant).endswith("decode='<lambda>')")

@@ -234,3 +234,12 @@ def test_the_routers_estimate_counts_a_batchs_own_sharing() -> None:
     assert s["estimated_hit_rate"] > 0.5
     tight = run(small_gsp(), workers=2, policy="default", capacity=600)
     assert tight["hit_rate"] < tight["estimated_hit_rate"] - 0.1
+
+
+def test_a_policy_that_predicts_times_gets_the_runs_cost_models() -> None:
+    from radixmeta.sim.engine import _policy
+
+    config = SimConfig(prefill="llama3_1_8b_h100", decode="llama3_1_8b_h100")
+    made = _policy(config, lambda: 0.0)
+    assert "prefill='llama3_1_8b_h100'" in repr(made) and "decode='llama3_1_8b_h100'" in repr(made)
+    assert "mistral" not in repr(_policy(replace(config, policy="preble_e2"), lambda: 0.0))

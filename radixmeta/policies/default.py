@@ -29,13 +29,24 @@ from typing import cast
 
 from radixmeta.policies._params import ReportedExtra, check_number, new_choice
 from radixmeta.policies.base import Choice, EngineLoad, Request, View
-from radixmeta.policies.costs import DEFAULT_PREFILL, PrefillTime, model_name, prefill_model
+from radixmeta.policies.costs import (
+    DECODE_MODELS,
+    DEFAULT_PREFILL,
+    DecodeTime,
+    PrefillTime,
+    decode_model,
+    model_name,
+    prefill_model,
+)
 
-__all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
+__all__ = ["CHUNK_TOKENS", "CLIP_OUTPUT_TOKENS", "DefaultPolicy"]
 
 #: Tokens per prefill chunk, the unit of the queue estimate (Preble's workers run
 #: chunked prefill with a 512-token budget).
 CHUNK_TOKENS = 512
+#: Output tokens a request's KV reserve counts at most (SGLang's
+#: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), as its admission does.
+CLIP_OUTPUT_TOKENS = 4096
 _TIMES_KEPT = 1 << 16
 _ORDERS_KEPT = 64
 
@@ -179,6 +190,12 @@ class DefaultPolicy:
     host_weight : float, default 0.75
         The fraction of a device hit that a host-held token is worth, in ``[0, 1]``
         (Dynamo's default ``host_cache_hit_weight``).
+    decode : str or callable, optional
+        The decode-step model, ``(batch_size, context) -> seconds``, for the time a
+        worker whose KV pool is full takes to free room (a name of
+        :data:`~radixmeta.policies.costs.DECODE_MODELS`). Default: the decode fit
+        of the same name as ``prefill`` when there is one; without a decode model
+        memory waits are not estimated.
 
     Notes
     -----
@@ -202,10 +219,13 @@ class DefaultPolicy:
 
     __slots__ = (
         "_capacities",
+        "_decode",
+        "_decode_name",
         "_extra",
         "_least_capacity",
         "_model_name",
         "_orders",
+        "_outputs",
         "_prefill",
         "_times",
         "_token_time",
@@ -219,9 +239,16 @@ class DefaultPolicy:
         prefill: str | PrefillTime = DEFAULT_PREFILL,
         work_weight: float = 1.0,
         host_weight: float = 0.75,
+        decode: str | DecodeTime | None = None,
     ) -> None:
         self._prefill = prefill_model(prefill)
         self._model_name = model_name(prefill)
+        self._decode_name: str | None = None if decode is None else model_name(decode)
+        if decode is None and isinstance(prefill, str) and prefill in DECODE_MODELS:
+            decode = prefill
+        self._decode: DecodeTime | None = None if decode is None else decode_model(decode)
+        # Expected outputs seen, and their sum: the mean a running request decodes.
+        self._outputs = [0, 0]
         self.work_weight = check_number("work_weight", work_weight)
         self.host_weight = check_number("host_weight", host_weight, high=1.0)
         self._token_time = self._prefill(CHUNK_TOKENS, CHUNK_TOKENS) / CHUNK_TOKENS
@@ -238,9 +265,10 @@ class DefaultPolicy:
         self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
+        decode = "" if self._decode_name is None else f", decode={self._decode_name!r}"
         return (
             f"DefaultPolicy(prefill={self._model_name!r}, work_weight={self.work_weight}, "
-            f"host_weight={self.host_weight})"
+            f"host_weight={self.host_weight}{decode})"
         )
 
     def choose_batch(
@@ -286,12 +314,25 @@ class DefaultPolicy:
                 queued[w] += extra[w] * unit
                 loads[w] += extra[w]
         speed = [1.0 + load / CHUNK_TOKENS for load in loads]
-        waiting = _waiting(first.reported, first.requests)
-        weight = (
-            [1.0] * n
-            if waiting is None
-            else [1.0 + self.work_weight * waiting[w] for w in range(n)]
-        )
+        seen = self._outputs
+        for r in requests:
+            if r.expected_output is not None:
+                seen[0] += 1
+                seen[1] += r.expected_output
+        if self._decode is not None:
+            # A worker whose pool is full first waits for room: for the tokens queued
+            # there and a mean member of this batch, as prefill tokens of the same time.
+            share = sum(len(r.tokens) for r in requests) / len(requests)
+            token_time = self._token_time
+            for w in range(n):
+                capacity = first.capacities[w]
+                if capacity is not None:
+                    queued[w] += self._memory_wait(
+                        queued[w] + share, None, capacity, first.reported[w],
+                        first.decode_tokens[w], loads[w],
+                    ) / token_time
+        behind = _behind(first.reported, first.requests)
+        weight = [1.0 if behind is None else 1.0 + self.work_weight * behind] * n
         turn = self._turn % n
         self._turn = turn + 1
         order = (*range(turn, n), *range(turn))
@@ -353,6 +394,11 @@ class DefaultPolicy:
         ``host_matched`` and fleet-wide ``best_matched`` lengths (tokens).
         """
         size = len(request.tokens)
+        output = request.expected_output
+        if output is not None:
+            seen = self._outputs
+            seen[0] += 1
+            seen[1] += output
         workers = view.workers
         lengths = view.lengths
         host = view.host_lengths
@@ -381,11 +427,11 @@ class DefaultPolicy:
         # loaded scan reads them (load.py's rules); without them, the plain scans.
         reported = view.reported
         extra = self._extra(reported)
-        waiting = _waiting(reported, requests)
+        behind = _behind(reported, requests)
         expected = view.expected
         if expected is None:
             expected = lengths
-        loaded = extra is not None or waiting is not None or expected is not lengths
+        loaded = extra is not None or behind is not None or expected is not lengths
         # The lean scan, for what nearly every request is without reports: nothing on a
         # host tier (the router then passes one list for both) and every worker with room.
         if host is not lengths or loaded:
@@ -429,7 +475,7 @@ class DefaultPolicy:
         elif loaded:
             best, best_own, best_wait = self._loaded(
                 (turn, *rest), size, expected, host, queued, decoding, requests, capacities,
-                extra, waiting,
+                extra, behind, reported, output,
             )
         else:
             best, best_own = self._general(
@@ -469,7 +515,9 @@ class DefaultPolicy:
         requests: list[int],
         capacities: list[int | None],
         extra: list[int] | None,
-        waiting: list[int] | None,
+        behind: float | None,
+        reported: list[EngineLoad | None],
+        output: int | None,
     ) -> tuple[int, float, float]:
         """``choose``'s scan with what the engines reported and the router expects:
         (best index, its own prefill time, its wait in seconds).
@@ -486,6 +534,8 @@ class DefaultPolicy:
         times = self._times
         base = size << 32
         in_flight_requests = sum(requests)
+        # The next request at least (a burst's), or the requests the fleet's load says.
+        weight = 1.0 + work_weight * (1.0 if behind is None or behind < 1.0 else behind)
         # A request the router cannot see weighs the mean uncached tokens of those it can.
         unit = sum(queued) / in_flight_requests if in_flight_requests else float(size)
         best = -1
@@ -512,12 +562,15 @@ class DefaultPolicy:
             if extra is not None:
                 load += extra[i]
                 tokens += extra[i] * unit
-            behind = 1 + (waiting[i] if waiting is not None else 0)
             slow = 1.0 + load / CHUNK_TOKENS
             wait = slow * token_time * tokens
-            score = wait + slow * (1.0 + work_weight * behind) * own
-            in_flight = queued[i] + decoding[i]
             capacity = capacities[i]
+            if capacity is not None and self._decode is not None:
+                wait += self._memory_wait(
+                    tokens + size - matched, output, capacity, reported[i], decoding[i], load
+                )
+            score = wait + slow * weight * own
+            in_flight = queued[i] + decoding[i]
             fits = capacity is None or in_flight + size - matched <= capacity
             if (
                 best < 0
@@ -534,6 +587,42 @@ class DefaultPolicy:
                 best_own = own
                 best_wait = wait
         return best, best_own, best_wait
+
+    def _memory_wait(
+        self,
+        need: float,
+        output: int | None,
+        capacity: int,
+        report: EngineLoad | None,
+        decoding: int,
+        requests: int,
+    ) -> float:
+        """Seconds a worker's full KV pool takes to free room for ``need`` tokens (and the
+        request's output reserve): its running requests free the pool as they finish.
+
+        The pool in use is the engine's reported share (else the router's decode tokens);
+        what does not fit, ``short``, is freed at the rate the running requests finish:
+        they hold ``used`` tokens and have half a mean output of decode steps left, each
+        step ``decode(running, used)``: ``short * mean_output * step / (2 * used)``.
+        """
+        seen, total = self._outputs
+        mean = total / seen if seen else 0.0
+        if mean <= 0.0:
+            return 0.0
+        reserve = min(output if output is not None else mean, CLIP_OUTPUT_TOKENS)
+        if report is not None and report.kv_usage is not None:
+            used = report.kv_usage * capacity
+        else:
+            used = float(decoding)
+        short = need + reserve - (capacity - used)
+        if short <= 0.0 or used <= 0.0:
+            return 0.0
+        running = report.running if report is not None and report.running else requests
+        if running <= 0:
+            return 0.0
+        assert self._decode is not None
+        step = self._decode(running, int(used))
+        return short * mean * step / (2.0 * used)
 
     def _general(
         self,
@@ -591,20 +680,43 @@ class DefaultPolicy:
         return best, best_own
 
 
-def _waiting(reported: list[EngineLoad | None], requests: list[int]) -> list[int] | None:
-    """Per worker, the requests waiting in its engine's queue: the reported queue plus what
-    the router dispatched there since (``None`` when no engine reported a queue)."""
-    if reported.count(None) == len(reported):
-        return None
-    out = [0] * len(reported)
-    some = False
+def _behind(reported: list[EngineLoad | None], requests: list[int]) -> float | None:
+    """How many requests a second of prefill added to the fleet now delays, from the reports.
+
+    Two measures over the workers that reported, the larger: the mean number of requests
+    waiting in their queues (the reported queue plus what the router dispatched there
+    since), which a first-come-first-served engine starts after it; and, from the mean
+    use ``u`` of their KV pools, ``u / (1 - u)``, the mean number in a queue that busy
+    (M/G/1): work added to a saturated fleet delays the requests it admits later, not
+    only those waiting now (a queue that has just drained says nothing about the next
+    burst). The second is at most the mean requests in flight plus one. It is the
+    fleet's measure, not one worker's: a worker the router keeps balanced with the others
+    is as busy as they are, so the time a recompute takes anywhere is worth the same.
+    ``None`` when no engine reported.
+    """
+    waiting = 0.0
+    usage = 0.0
+    queues = pools = 0
     for i, report in enumerate(reported):
-        if report is None or report.queue_length is None:
+        if report is None:
             continue
-        since = requests[i] - (report.router_requests or 0)
-        out[i] = report.queue_length + (since if since > 0 else 0)
-        some = True
-    return out if some else None
+        if report.queue_length is not None:
+            since = requests[i] - (report.router_requests or 0)
+            waiting += report.queue_length + (since if since > 0 else 0)
+            queues += 1
+        if report.kv_usage is not None:
+            usage += report.kv_usage
+            pools += 1
+    if not queues and not pools:
+        return None
+    behind = waiting / queues if queues else 0.0
+    if pools:
+        most = sum(requests) / len(requests) + 1.0
+        mean = usage / pools
+        busy = most if mean >= 1.0 else min(mean / (1.0 - mean), most)
+        if busy > behind:
+            behind = busy
+    return behind
 
 
 def _held(view: View) -> list[int]:
@@ -620,8 +732,9 @@ def _pack(
     weight: list[float],
     in_flight: list[float],
 ) -> tuple[list[_Piece], list[int], list[float]]:
-    """Place the pieces largest first, each on the worker it leaves least loaded (a
-    second piece of a group on a worker shares the first one's prefix there).
+    """Place the pieces, each on the worker it leaves least loaded (a second piece of a
+    group on a worker shares the first one's prefix there): those some worker holds
+    more of first, by what that saves, then the rest largest first.
 
     A worker's load is its tokens to prefill; it is compared as ``speed * (load +
     weight * cost)``: slowed by the requests in flight there, and the piece's cost
@@ -633,9 +746,14 @@ def _pack(
     in_flight = in_flight[:]
     where = [0] * len(pieces)
     placed: set[tuple[int, int]] = set()
-    for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].cold):
+    rows = [piece.costs() for piece in pieces]
+    # The pieces some worker holds more of go first, the most it saves first: a piece
+    # that costs the same everywhere then fills in around them (largest first), and
+    # does not take the worker a later piece would find its prefix on.
+    saving = [max(row) - min(row) for row in rows]
+    for p in sorted(range(len(pieces)), key=lambda p: (-saving[p], -pieces[p].cold)):
         piece = pieces[p]
-        row = piece.costs()
+        row = rows[p]
         best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
         for w in order:
             cost = piece.cost(w, True) if (piece.group, w) in placed else row[w]

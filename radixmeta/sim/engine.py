@@ -651,7 +651,8 @@ class Simulation:
 
 
 def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
-    """The policy object; a built-in gets the run's seed and the simulated clock."""
+    """The policy object; a built-in gets the run's seed, the simulated clock and the run's
+    own prefill and decode models (a policy that predicts times predicts the fleet's)."""
     if not isinstance(cfg.policy, str):
         return cfg.policy
     import inspect
@@ -666,4 +667,8 @@ def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
             params.setdefault("seed", cfg.seed)
         if "clock" in accepted:
             params.setdefault("clock", clock)
+        if "prefill" in accepted:
+            params.setdefault("prefill", cfg.prefill)
+        if "decode" in accepted:
+            params.setdefault("decode", cfg.decode)
     return policies.create(cfg.policy, **params)
