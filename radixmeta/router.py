@@ -703,7 +703,7 @@ class Router:
                     m.prefix_key,
                 )
             if bounded:
-                view.expected = self._expected(view, key, namespace)
+                view.expected = self._expected(view, key, namespace, extras)
             request = Request(rid, key, namespace, extras, group, expected_output)
             choice = choose(request, view)
             # A WorkerId of the view, bare or in a Choice, found by its index: no
@@ -748,17 +748,51 @@ class Router:
                 on_dispatch(request, worker, matched)
             return decision
 
-    def _expected(self, view: View, key: Tokens, namespace: Hashable) -> list[int]:
+    def _expected(
+        self, view: View, key: Tokens, namespace: Hashable, extras: object
+    ) -> list[int]:
         """``view.expected``: its lengths less what the queues ahead are expected to evict."""
-        inflight, up = self._inflight, view.workers
         lengths = view.lengths
-
-        def protected(p: int) -> bool:
-            return inflight.key(up[p].index, key, lengths[p], namespace) in inflight
-
+        protected = self._protection(key, namespace, extras, lengths, view.workers)
         return expected_lengths(
             lengths, view.capacities, view.prefill_tokens, self.page_size, protected
         )
+
+    def _protection(
+        self,
+        key: Tokens,
+        namespace: Hashable,
+        extras: object,
+        lengths: list[int],
+        up: tuple[WorkerId, ...],
+    ) -> Callable[[int], bool]:
+        """``protected(p)``: whether a request in flight on the ``p``-th worker of ``up``
+        starts with the ``lengths[p]`` tokens of ``key`` matched there.
+
+        Two signs, either enough: the match is longer with the router's holds than
+        with what the worker reported (a hold covers its request's key from the
+        root, so an in-flight request holds all of it), or an in-flight request
+        there has that prefix as its prompt or its own match (InFlightPrefixes: a
+        prefix both reported and held, such as a group's). The reported-only match
+        is made at most once, and only when some worker's prefix would be cut.
+        """
+        inflight, tree = self._inflight, self.tree
+        reported: list[list[int]] = []
+
+        def protected(p: int) -> bool:
+            index = up[p].index
+            if self._exact:
+                if not reported:
+                    if extras is None and namespace is None:
+                        m = tree.match(key, optimistic=False)
+                    else:
+                        m = tree.match(key, extras=extras, namespace=namespace, optimistic=False)
+                    reported.append(m.length_list)
+                if reported[0][index] < lengths[p]:
+                    return True
+            return inflight.key(index, key, lengths[p], namespace) in inflight
+
+        return protected
 
     def _enter(self, decision: Decision, raw: int, namespace: Hashable) -> None:
         """Count a dispatched request's prefixes in flight on its worker (its whole
@@ -771,16 +805,15 @@ class Router:
         inflight.enter(keys)
         decision._keys = keys
 
-    def _expected_every(self, tokens: Tokens, every: list[int], namespace: Hashable) -> list[int]:
+    def _expected_every(self, request: Request, every: list[int]) -> list[int]:
         """A batch request's expected lengths by tree index (``every``'s layout), from the
         loads before the batch."""
-        pick, inflight, up = self._up_index, self._inflight, self._up
+        pick = self._up_index
         lengths = every if self._dense else [every[i] for i in pick]
         queued = self._prefill if self._dense else [self._prefill[i] for i in pick]
-
-        def protected(p: int) -> bool:
-            return inflight.key(up[p].index, tokens, lengths[p], namespace) in inflight
-
+        protected = self._protection(
+            request.tokens, request.namespace, request.extras, lengths, self._up
+        )
         got = expected_lengths(lengths, self._capacities, queued, self.page_size, protected)
         if got is lengths:
             return every
@@ -938,7 +971,7 @@ class Router:
             held = every
             if self._bounded:
                 held = [
-                    self._expected_every(r.tokens, lengths, r.namespace)
+                    self._expected_every(r, lengths)
                     for r, lengths in zip(requests_, every, strict=True)
                 ]
             # What each request finds on its worker also counts the batch's earlier

@@ -2,8 +2,9 @@
 
 A match says what a worker holds now; the requests queued ahead of a new one write
 their prompts into the same pool first. The rule (radixmeta.policies.expected):
-the prefix every worker holds and a prefix an in-flight request on the worker
-starts with stay; of the rest, ``1 - queued / (capacity - matched)`` stays.
+the prefix every worker holds stays; of the rest ``1 - queued / room`` stays, or
+``room / (room + queued)`` where a request in flight on the worker starts with it
+(``room``: the pool less the matched prefix).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def test_nothing_cut_is_the_same_list_and_protection_is_asked_only_where_it_woul
         return i == 1
 
     got = expected_lengths(lengths, [10_000, 10_000, None], [3000, 3000, 3000], 1, protected)
-    assert got == [2000, 4000, 0] and asked == [0, 1]
+    assert got == [2000, round(4000 * 6000 / 9000), 0] and asked == [0, 1]
 
 
 class Always:
@@ -97,19 +98,19 @@ def test_decision_matched_leaves_out_what_the_queue_ahead_evicts() -> None:
 
 
 def test_an_in_flight_request_of_the_prefix_protects_it() -> None:
-    router, policy, _ = router_with_a_prefix()
+    router, _, _ = router_with_a_prefix()
     router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
     sibling = router.dispatch(tokens(4000, 100, 1))  # matched 4,000 there: it is counted
-    assert sibling.matched == 2000
-    d = router.dispatch(tokens(4000, 100, 2))  # the sibling starts with the same 4,000
-    assert policy.views[-1].expected == [4000, 0] and d.matched == 4000
+    assert sibling.matched == 2000  # 1 - 3,000 / 6,000 of it
+    # The sibling starts with the same 4,000: 5,100 queued ahead now, and the share of
+    # a prefix an in-flight request keeps, 6,000 / (6,000 + 5,100).
+    d = router.dispatch(tokens(4000, 100, 2))
+    assert d.matched == round(4000 * 6000 / 11_100)
     router.finish(sibling.request_id)
-    again = router.dispatch(tokens(4000, 100, 3))  # one sibling is still in flight
-    assert again.matched == 4000
     router.finish(d.request_id)
-    router.finish(again.request_id)
-    last = router.dispatch(tokens(4000, 100, 4))  # none is: the rule applies again
-    assert last.matched < 4000
+    # None is in flight any more: the plain share, 1 - 3,000 / 6,000.
+    last = router.dispatch(tokens(4000, 100, 4))
+    assert last.matched == 2000
 
 
 def test_the_batch_path_counts_its_own_sharing_beside_the_estimate() -> None:
@@ -127,3 +128,22 @@ def test_no_capacity_no_estimate() -> None:
     router.add_worker("a")
     router.dispatch(tokens(100, 10, 0))
     assert policy.views[-1].expected is None
+
+
+def test_a_prefix_only_the_routers_holds_show_is_in_flight_so_it_stays() -> None:
+    # Exact mode, no events yet: what worker a holds, it holds through the holds of the
+    # requests in flight there, which run first and keep those pages.
+    policy = Always()
+    router = Router(policy=policy)
+    a = router.add_worker("a", capacity=10_000)
+    router.add_worker("b", capacity=10_000)
+    turn = router.dispatch(tokens(4000, 100, 0))  # in flight on a, 4,100 uncached queued
+    router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))
+    # It shares 4,050 with the first: not where that one's prompt or match ended, so only
+    # the holds tell (the match is longer with them than with what a reported).
+    head = tokens(4000, 100, 0)[:4050]
+    nxt = router.dispatch(np.concatenate([head, np.arange(7, 9, dtype=np.uint32)]))
+    # 7,100 queued ahead: more than the 5,950 beside the prefix, which a prefix no request
+    # keeps would not survive; this one keeps 5,950 / (5,950 + 7,100) of it.
+    assert nxt.lengths[a] == 4050 and nxt.matched == round(4050 * 5950 / 13_050)
+    router.finish(turn.request_id)

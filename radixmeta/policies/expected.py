@@ -8,17 +8,24 @@ makes a router expect more than it gets (5 to 10 times more under load). The
 rule, per worker ``i`` with pool ``C`` tokens, matched length ``m``, ``P``
 uncached tokens queued there and a prompt of ``L`` tokens:
 
-- a prefix that an in-flight request on the worker also starts with
-  (``protected``) stays: that request locks it, or computes it again, before
-  this one runs;
-- so does the prefix that every worker holds (a system prompt all traffic
+- the prefix that every worker holds stays (a system prompt all traffic
   shares: it is in use somewhere at every moment, so always recent);
 - of the rest, the share that survives is ``1 - P / (C - m)``, in ``[0, 1]``:
   what the requests ahead write before this one is admitted, against the room
   beside the prefix, with the prefix's place in the pool's recency order
   unknown (uniform). The request's own writes do not count: admission locks its
-  prefix before it takes pages. A worker without a capacity (unbounded, or
-  unknown) keeps everything.
+  prefix before it takes pages;
+- unless a request in flight on the worker also starts with the prefix
+  (``protected``): that request locks it while it runs, somewhere in the queue
+  ahead, and leaves it recent, so the prefix only faces the writes after it; its
+  share is ``(C - m) / (C - m + P)``: all of it with nothing queued, half when
+  the queue writes as much as the room beside it, falling as ``1 / P`` past that.
+
+A worker without a capacity (unbounded, or unknown) keeps everything. On the
+conversation trace at 4 and 16 workers with half the default pool and the
+fleet 0.8 to 0.95 loaded, these shares put the estimate within a few points
+of the hits the simulated workers made, where counting the whole match was 2
+to 4 times too high.
 
 The result is rounded to the nearest whole page. Complexity: O(workers).
 """
@@ -52,8 +59,8 @@ def expected_lengths(
         Every result is a multiple of it.
     protected : sequence of bool or callable, optional
         Per worker, whether a request in flight there starts with the matched
-        prefix (it is kept whole); a callable ``protected(i)`` is asked only
-        about the workers whose prefix would be cut.
+        prefix (its share is the larger one); a callable ``protected(i)`` is asked
+        only about the workers whose prefix would be cut.
 
     Returns
     -------
@@ -69,8 +76,9 @@ def expected_lengths(
     >>> # half of the prefix past the 512 that every worker holds is expected to stay.
     >>> expected_lengths([4000, 512, 512], [10_000, 10_000, 10_000], [3000, 0, 0])
     [2256, 512, 512]
+    >>> # A request in flight there starts with it: 6,000 / 9,000 of the 3,488 stays.
     >>> expected_lengths([4000, 512, 512], [10_000] * 3, [3000, 0, 0], protected=[True] * 3)
-    [4000, 512, 512]
+    [2837, 512, 512]
     """
     head = min(lengths)
     out = lengths
@@ -82,9 +90,10 @@ def expected_lengths(
         writes = prefill_tokens[i]
         if writes <= 0:
             continue
-        share = 1.0 - writes / room if room > writes else 0.0
         if protected is not None and (protected(i) if callable(protected) else protected[i]):
-            continue
+            share = room / (room + writes) if room > 0 else 0.0
+        else:
+            share = 1.0 - writes / room if room > writes else 0.0
         # To the nearest whole page, as an estimate (never past the match itself).
         keep = head + int((matched - head) * share / page_size + 0.5) * page_size
         if keep >= matched:
