@@ -25,6 +25,13 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
     return {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
 
 
+def _with_mean(values: np.ndarray) -> dict[str, float]:
+    """The percentiles and the mean (``nan`` for no values)."""
+    out = _percentiles(values)
+    out["mean"] = float(values.mean()) if values.size else float("nan")
+    return out
+
+
 def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     """The summary of one run as plain JSON-ready values.
 
@@ -51,7 +58,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         requests held; ``None`` unbounded), ``capacity`` and ``context_len`` (as
         resolved), ``makespan`` (s),
         ``throughput_rps``, ``throughput_tps`` (prompt and output tokens per
-        second), ``ttft`` and ``latency`` percentiles (s), ``imbalance`` (max over
+        second), ``ttft`` (its percentiles and ``mean``) and ``latency``
+        percentiles (s), ``imbalance`` (max over
         mean of the workers' prefill busy time), ``workers`` (per worker),
         ``event_lag`` (mean, max and p99 over records of the seconds from a
         record's step to its replay),
@@ -126,7 +134,7 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "throughput_tps": (
             float((prompt[done].sum() + output[done].sum()) / makespan) if makespan > 0 else 0.0
         ),
-        "ttft": _percentiles(first[done] - arrival[done]),  # the rejected never start
+        "ttft": _with_mean(first[done] - arrival[done]),  # the rejected never start
         "latency": _percentiles(finished[done] - arrival[done]),
         "imbalance": float(prefill_busy.max() / mean_busy) if mean_busy > 0 else 1.0,
         "workers": workers,
