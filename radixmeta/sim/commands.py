@@ -1,4 +1,4 @@
-"""``radixmeta simulate`` and ``radixmeta reproduce a4``: the simulator from the command line.
+"""``radixmeta simulate`` and ``radixmeta reproduce a4|traces``: the simulator on the command line.
 
 The parser lives in :mod:`radixmeta.cli`; these functions take its parsed
 arguments, run the sweep with a progress bar, print the comparison table and
@@ -24,7 +24,15 @@ from radixmeta.sim.engine import CONSISTENCIES, SimConfig
 from radixmeta.sim.sweep import grid, run_cells
 from radixmeta.sim.worker import BatchLimits
 
-__all__ = ["add_simulate_arguments", "load_workload", "parse_capacity", "reproduce_a4", "simulate"]
+__all__ = [
+    "add_simulate_arguments",
+    "add_traces_arguments",
+    "load_workload",
+    "parse_capacity",
+    "reproduce_a4",
+    "reproduce_traces",
+    "simulate",
+]
 
 
 def parse_capacity(text: str, model_tokens: int | None = None) -> int | str | None:
@@ -631,3 +639,190 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
         "--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)"
     )
     parser.add_argument("--out", help="write JSON and PNG plots under this folder")
+
+
+# -- reproduce traces ----------------------------------------------------------------------
+
+TRACE_TIMINGS = "own,spread,0.5,0.8,0.95"
+
+
+def add_traces_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``radixmeta reproduce traces``."""
+    parser.add_argument(
+        "--trace-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a trace in the Mooncake format (JSON lines with hash_ids); repeatable",
+    )
+    parser.add_argument(
+        "--synthetic",
+        default=None,
+        metavar="SHAPE:SEED,...",
+        help="synthetic traces (radixmeta.sim.synthetic), e.g. chat:1,agents:2; 'all': "
+        "every shape with seed 1",
+    )
+    parser.add_argument(
+        "--extra",
+        default=None,
+        metavar="gsp,mmlu,sharegpt",
+        help="also these workloads (mmlu needs --mmlu-dir); they run at the loads only",
+    )
+    parser.add_argument("--mmlu-dir", help="a folder of MMLU CSVs (Hugging Face layout)")
+    parser.add_argument("--sharegpt-file", help="a ShareGPT JSON file (default: the package's)")
+    parser.add_argument("--workers", default="4,8,16", help="fleet sizes (default 4,8,16)")
+    parser.add_argument(
+        "--loads",
+        default=TRACE_TIMINGS,
+        help="timings: own (the workload's times), spread (same-instant arrivals 1 ms "
+        f"apart) and offered loads (default {TRACE_TIMINGS})",
+    )
+    parser.add_argument(
+        "--capacity", default="0.5x,1x,4x", help="pools as multiples of the cost model's"
+    )
+    parser.add_argument("--consistency", default="idle,none", help="default idle,none")
+    parser.add_argument("--policies", default="all", help="default and its rivals (default all)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N requests")
+    parser.add_argument("--block-size", type=int, default=512, help="tokens per hash id")
+    parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--prefill-model", default="mistral_7b_a6000")
+    parser.add_argument("--decode-model", default="mistral_7b_a6000")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)"
+    )
+    parser.add_argument("--out", help="write traces.json (every cell, strict JSON) here")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 unless default meets every target"
+    )
+
+
+def _timings(text: str) -> list[str]:
+    from radixmeta.sim.load import check_load
+
+    out = []
+    for item in _list(text):
+        if item in ("own", "spread"):
+            out.append(item)
+            continue
+        try:
+            out.append(f"{check_load(item):g}")
+        except InvalidInputError:
+            msg = f"--loads takes own, spread and loads > 0 (0.5,0.8), got {item!r}"
+            raise InvalidInputError(msg) from None
+    if not out:
+        msg = f"--loads takes own, spread and loads like 0.8, got {text!r}"
+        raise InvalidInputError(msg)
+    return out
+
+
+def _trace_workloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(label, workload) for every workload the arguments name."""
+    from radixmeta.sim import workloads
+    from radixmeta.sim.synthetic import TRACE_SHAPES
+
+    if args.limit is not None and args.limit < 1:
+        msg = f"--limit must be >= 1 request, got {args.limit}"
+        raise InvalidInputError(msg)
+    out: list[tuple[str, Any]] = []
+    for path in args.trace_file:
+        w = workloads.trace(path, block_size=args.block_size, limit=args.limit)
+        out.append((Path(path).stem, w))
+    if args.synthetic:
+        items = (
+            [f"{name}:1" for name in TRACE_SHAPES]
+            if args.synthetic.strip() == "all"
+            else _list(args.synthetic)
+        )
+        for item in items:
+            shape, _, seed = item.partition(":")
+            try:
+                number = int(seed) if seed else 1
+            except ValueError:
+                msg = f"--synthetic takes SHAPE:SEED items, got {item!r}"
+                raise InvalidInputError(msg) from None
+            w = workloads.synthetic(shape, seed=number, limit=args.limit)
+            out.append((f"{shape}/{number}", w))
+    for name in _list(args.extra or ""):
+        if name == "mmlu":
+            if not args.mmlu_dir:
+                msg = "--extra mmlu needs --mmlu-dir DIR"
+                raise InvalidInputError(msg)
+            w = workloads.mmlu(args.mmlu_dir, seed=args.seed)
+        elif name == "gsp":
+            w = workloads.gsp(seed=args.seed)
+        elif name == "sharegpt":
+            w = workloads.sharegpt(path=args.sharegpt_file, seed=args.seed)
+        else:
+            msg = f"--extra takes some of gsp, mmlu, sharegpt, got {name!r}"
+            raise InvalidInputError(msg)
+        if args.limit is not None and args.limit < len(w):
+            w = workloads.Workload(w.name, list(w)[: args.limit], dict(w.metadata))
+        out.append((name, w))
+    if not out:
+        msg = "reproduce traces needs a workload: --trace-file, --synthetic or --extra"
+        raise InvalidInputError(msg)
+    for label, w in out:
+        if len(w) == 0:
+            msg = f"the {label} workload has no requests: nothing to simulate"
+            raise InvalidInputError(msg)
+    return out
+
+
+def reproduce_traces(args: argparse.Namespace) -> int:
+    """``radixmeta reproduce traces``: default against every rival, cell by cell."""
+    from radixmeta.sim import traces
+
+    started = time.perf_counter()
+    timings = _timings(args.loads)
+    fleets = _workers(args.workers)
+    capacities = _list(args.capacity)
+    consistencies = _consistencies(args.consistency)
+    chosen = _policies(args.policies)
+    base = SimConfig(
+        page_size=args.page_size,
+        prefill=args.prefill_model,
+        decode=args.decode_model,
+        seed=args.seed,
+    )
+    if base.cost_model is None:
+        msg = "reproduce traces needs a cost model of radixmeta.policies.costs.COST_MODELS"
+        raise InvalidInputError(msg)
+    for text in capacities:  # refused before anything runs
+        traces._capacity_tokens(text, base.cost_model.kv_tokens)
+    loaded = _trace_workloads(args)
+    described = [{"label": label, **_describe(w)} for label, w in loaded]
+    for item in described:
+        print(
+            f"{item['label']}: {item['requests']:,} requests, "
+            f"{item['prompt_tokens']:,} prompt tokens",
+            flush=True,
+        )
+    done: list[Any] = []
+
+    def on_result(result: Any) -> None:
+        done.append(result)
+        print("\n".join(traces.cell_rows(result)), flush=True)
+        if args.out:
+            traces.write_results(Path(args.out) / "traces.json", described, done)
+
+    results = traces.run_grid(
+        loaded,
+        timings=timings,
+        workers=fleets,
+        capacities=capacities,
+        consistencies=consistencies,
+        policies=chosen,
+        base=base,
+        jobs=args.jobs,
+        on_result=on_result,
+    )
+    print("\nTargets, per cell, for default against the best of the policies run:")
+    print("\n".join(f"  {name:5} {what}" for name, what in traces.TARGETS))
+    print("\n".join(traces.met_rows(results)))
+    if args.out:
+        path = traces.write_results(Path(args.out) / "traces.json", described, results)
+        print(f"wrote {path}")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    unmet = any(r.skipped is None and False in r.verdict.values() for r in results)
+    return 1 if args.check and unmet else 0

@@ -1,0 +1,356 @@
+"""``radixmeta reproduce traces``: does ``default`` win on real traces?
+
+The grid of issue 17: each workload (trace files, synthetic traces, and on
+request ``gsp``, ``mmlu`` and ``sharegpt``) at its own times, with same-instant
+arrivals spread 1 ms apart (``spread``: arrivals that are not batched), and
+re-timed to offered loads (``--load``'s calibration); 4, 8 and 16 workers; the
+cost model's pool, half of it and four times it; exact (``idle``) and
+approximate (``none``) consistency; the nine built-in policies in every cell.
+
+In each cell ``default`` is checked against the best of all nine:
+
+============  ===================================================================
+target        met when
+============  ===================================================================
+mean TTFT     ``default``'s is at most 3 % above the lowest
+p99 TTFT      the same, for the 99th percentile
+throughput    ``default``'s requests/s is at least 98 % of the highest
+imbalance     ``default``'s prefill imbalance (max / mean busy time) is <= 1.3
+estimate      at offered load <= 0.8: the router's estimated hit rate is within
+              5 points of ``default``'s real one (n/a above)
+============  ===================================================================
+
+The targets apply at offered load <= 0.95: a cell whose own times offer more
+(by the same calibration, :func:`radixmeta.sim.load.offered_work`) is listed
+as skipped, not run. Workloads that arrive all at once (``gsp``, ``mmlu``)
+have no own times: they run at the loads only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from radixmeta.errors import InvalidInputError
+from radixmeta.policies import names as policy_names
+from radixmeta.sim.engine import SimConfig
+from radixmeta.sim.load import offered_work, scale_to_load
+from radixmeta.sim.sweep import run_cells
+
+__all__ = [
+    "LOAD_LIMIT",
+    "TARGETS",
+    "Cell",
+    "Result",
+    "cell_rows",
+    "met_rows",
+    "run_grid",
+    "spread_arrivals",
+    "verdict",
+    "write_results",
+]
+
+#: Cells above this offered load are outside the targets (and are not run).
+LOAD_LIMIT = 0.95
+#: The router's estimate is held to 5 points at loads up to this.
+ESTIMATE_LOAD = 0.8
+#: (name, what it measures) of every target, in the met table's order.
+TARGETS = (
+    ("mean", "mean TTFT <= 1.03 x the lowest"),
+    ("p99", "p99 TTFT <= 1.03 x the lowest"),
+    ("tput", "throughput >= 0.98 x the highest"),
+    ("imb", "prefill imbalance <= 1.3"),
+    ("est", "router estimate within 5 pt of the hit rate (load <= 0.8)"),
+)
+SPREAD_SECONDS = 0.001
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the grid: a workload at one timing, fleet, pool and consistency."""
+
+    workload: str
+    timing: str  # "own", "spread", or a load like "0.8"
+    workers: int
+    capacity: str  # "0.5x", "1x", "4x"
+    consistency: str
+
+    @property
+    def label(self) -> str:
+        """A short name for tables: ``trace own 8w 1x idle``."""
+        timing = self.timing if self.timing in ("own", "spread") else f"@{self.timing}"
+        return f"{self.workload} {timing} {self.workers}w {self.capacity} {self.consistency}"
+
+
+@dataclass
+class Result:
+    """A cell's outcome: its offered load, every policy's summary, and the verdict."""
+
+    cell: Cell
+    load: float
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdict: dict[str, bool | None] = field(default_factory=dict)
+    skipped: str | None = None
+
+
+def spread_arrivals(arrivals: Sequence[float], gap: float = SPREAD_SECONDS) -> list[float]:
+    """Requests that arrive at one instant, ``gap`` seconds apart in their order.
+
+    The ``k``-th request of an instant arrives ``k * gap`` later; one that would then
+    arrive with or before the request before it comes ``gap`` after that one, so no
+    two requests share an instant and the order is kept.
+
+    >>> spread_arrivals([0.0, 0.0, 0.0, 2.0, 2.0])
+    [0.0, 0.001, 0.002, 2.0, 2.001]
+    """
+    out: list[float] = []
+    last = math.nan
+    k = 0
+    for at in arrivals:
+        k = k + 1 if at == last else 0
+        last = at
+        moved = at + k * gap
+        if out and moved <= out[-1]:
+            moved = out[-1] + gap
+        out.append(moved)
+    return out
+
+
+def _mean_ttft(summary: dict[str, Any]) -> float:
+    return float(summary["ttft"]["mean"])
+
+
+def verdict(summaries: dict[str, dict[str, Any]], load: float) -> dict[str, bool | None]:
+    """Whether ``default`` meets each target in one cell (``None``: does not apply).
+
+    Parameters
+    ----------
+    summaries : dict
+        Policy name to its run's summary (:func:`~radixmeta.sim.metrics.summarise`);
+        must include ``"default"``.
+    load : float
+        The cell's offered load.
+    """
+    d = summaries["default"]
+    best_mean = min(_mean_ttft(s) for s in summaries.values())
+    best_p99 = min(s["ttft"]["p99"] for s in summaries.values())
+    best_tput = max(s["throughput_rps"] for s in summaries.values())
+    error = abs(d["estimated_hit_rate"] - d["hit_rate"])
+    return {
+        "mean": _mean_ttft(d) <= 1.03 * best_mean,
+        "p99": d["ttft"]["p99"] <= 1.03 * best_p99,
+        "tput": d["throughput_rps"] >= 0.98 * best_tput,
+        "imb": d["imbalance"] <= 1.3,
+        "est": error <= 0.05 if load <= ESTIMATE_LOAD else None,
+    }
+
+
+def _capacity_tokens(text: str, model_tokens: int) -> int:
+    if not text.endswith("x"):
+        msg = f"capacity {text!r}: the grid's capacities are multiples of the pool, like 0.5x"
+        raise InvalidInputError(msg)
+    try:
+        times = float(text[:-1])
+    except ValueError:
+        times = math.nan
+    if not (math.isfinite(times) and times > 0):
+        msg = f"capacity {text!r}: a multiple of the model's pool is a number > 0, like 0.5x"
+        raise InvalidInputError(msg)
+    return max(1, round(model_tokens * times))
+
+
+def run_grid(
+    workloads: Sequence[tuple[str, Any]],
+    *,
+    timings: Sequence[str],
+    workers: Sequence[int],
+    capacities: Sequence[str],
+    consistencies: Sequence[str],
+    policies: Sequence[str] | None = None,
+    base: SimConfig | None = None,
+    jobs: int = 1,
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
+    """Run the grid; ``on_result`` hears of each cell as it is done.
+
+    Parameters
+    ----------
+    workloads : sequence of (label, Workload)
+        What to run; a workload whose arrivals all share one instant has no own
+        times (``own`` and ``spread`` are skipped for it).
+    timings : sequence of str
+        ``"own"``, ``"spread"`` and loads (``"0.5"``...).
+    workers, capacities, consistencies : sequence
+        The fleet sizes, the pools as multiples of the cost model's (``"0.5x"``), and
+        the consistencies.
+    policies : sequence of str, optional
+        The policies of every cell (default: all nine); must include ``default``.
+    base : SimConfig, optional
+        Everything else about a run (cost model, batch bounds, seed...).
+    jobs : int
+        Processes for the runs of a cell group.
+    """
+    chosen = list(policy_names() if policies is None else policies)
+    if "default" not in chosen:
+        msg = "the grid compares default with its rivals: --policies must include default"
+        raise InvalidInputError(msg)
+    base = base or SimConfig()
+    model = base.cost_model
+    if model is None:
+        msg = "reproduce traces needs a cost model (its pool sets the capacities)"
+        raise InvalidInputError(msg)
+    results: list[Result] = []
+    for label, workload in workloads:
+        tokens = [r.tokens for r in workload]
+        outputs = [int(x) for x in workload.output_lens]
+        arrivals = [float(a) for a in workload.arrivals]
+        span = arrivals[-1] - arrivals[0] if arrivals else 0.0
+        optimal = workload.optimal_hit_rate(base.page_size)
+        for timing in timings:
+            for count in workers:
+                for text in capacities:
+                    capacity = _capacity_tokens(text, model.kv_tokens)
+                    fleet = replace(base, workers=count, capacity=capacity)
+                    cells = [Cell(label, timing, count, text, c) for c in consistencies]
+                    if timing in ("own", "spread"):
+                        if span <= 0:
+                            for cell in cells:
+                                result = Result(cell, math.inf, skipped="arrives all at once")
+                                results.append(result)
+                                if on_result is not None:
+                                    on_result(result)
+                            continue
+                        work = float(offered_work(tokens, outputs, fleet).sum())
+                        load = work / (count * span)
+                        times = spread_arrivals(arrivals) if timing == "spread" else arrivals
+                    else:
+                        load = float(timing)
+                        times, _ = scale_to_load(tokens, arrivals, outputs, fleet, load)
+                    if load > LOAD_LIMIT:
+                        for cell in cells:
+                            result = Result(cell, load, skipped=f"offered load {load:.2f}")
+                            results.append(result)
+                            if on_result is not None:
+                                on_result(result)
+                        continue
+                    configs = [
+                        replace(fleet, policy=p, consistency=c)
+                        for c in consistencies
+                        for p in chosen
+                    ]
+                    summaries, _ = run_cells(
+                        tokens, times, outputs, configs, optimal=optimal, jobs=jobs
+                    )
+                    for k, cell in enumerate(cells):
+                        mine = summaries[k * len(chosen) : (k + 1) * len(chosen)]
+                        by_policy = {s["policy"]: s for s in mine}
+                        for s in mine:
+                            s["load"] = {"load": load, "timing": timing}
+                        result = Result(cell, load, by_policy, verdict(by_policy, load))
+                        results.append(result)
+                        if on_result is not None:
+                            on_result(result)
+    return results
+
+
+def _num(value: float, width: int, digits: int = 2) -> str:
+    if value is None or not math.isfinite(value):
+        return "-".rjust(width)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}".rjust(width)
+    return f"{value:.{digits}f}".rjust(width)
+
+
+def cell_rows(result: Result) -> list[str]:
+    """A cell's table: ``default`` first, then its rivals by mean TTFT (<= 80 columns)."""
+    cell = result.cell
+    head = f"{cell.label}  (offered load {result.load:.2f})"
+    if result.skipped:
+        return [f"{head}: skipped, {result.skipped}"]
+    rows = [
+        head,
+        f"  {'policy':15} {'TTFT mean':>10} {'TTFT p99':>9} {'hit':>6} {'est.err':>7}"
+        f" {'imb.':>5} {'req/s':>7}",
+    ]
+    rivals = sorted(
+        (p for p in result.summaries if p != "default"),
+        key=lambda p: _mean_ttft(result.summaries[p]),
+    )
+    order = ["default", *rivals]
+    for name in order:
+        s = result.summaries[name]
+        error = (s["estimated_hit_rate"] - s["hit_rate"]) * 100
+        rows.append(
+            f"  {name:15} {_num(_mean_ttft(s), 9)}s {_num(s['ttft']['p99'], 8)}s"
+            f" {s['hit_rate'] * 100:5.1f}% {error:+6.1f}pt {s['imbalance']:5.2f}"
+            f" {_num(s['throughput_rps'], 7)}"
+        )
+    return rows
+
+
+def met_rows(results: Sequence[Result]) -> list[str]:
+    """The met/not-met table: one row per cell, a column per target, and a tally."""
+    marks = {True: "yes", False: "NO", None: "n/a"}
+    rows = [f"  {'cell':38} {'load':>5} {'mean':>4} {'p99':>4} {'tput':>4} {'imb':>4} {'est':>4}"]
+    met = ran = 0
+    for r in results:
+        label = r.cell.label[:38]
+        if r.skipped:
+            rows.append(f"  {label:38} {_num(r.load, 5)}  skipped: {r.skipped}"[:80])
+            continue
+        ran += 1
+        ok = all(v is not False for v in r.verdict.values())
+        met += ok
+        cols = " ".join(f"{marks[r.verdict[name]]:>4}" for name, _ in TARGETS)
+        rows.append(f"  {label:38} {r.load:5.2f} {cols}")
+    rows.append(f"  default met every target in {met} of {ran} cells run")
+    return rows
+
+
+def _clean(value: Any) -> Any:
+    """Strict JSON: a NaN or an infinity becomes null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_results(
+    path: str | os.PathLike[str], workloads: list[dict[str, Any]], results: Sequence[Result]
+) -> Path:
+    """Write every cell (its summaries and verdict) as strict JSON."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "experiment": "traces",
+        "targets": dict(TARGETS),
+        "load_limit": LOAD_LIMIT,
+        "workloads": workloads,
+        "cells": [
+            {
+                "workload": r.cell.workload,
+                "timing": r.cell.timing,
+                "workers": r.cell.workers,
+                "capacity": r.cell.capacity,
+                "consistency": r.cell.consistency,
+                "load": r.load,
+                "skipped": r.skipped,
+                "verdict": r.verdict,
+                "met": None if r.skipped else all(v is not False for v in r.verdict.values()),
+                "summaries": r.summaries,
+            }
+            for r in results
+        ],
+    }
+    tmp = file.with_suffix(file.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
+    tmp.replace(file)
+    return file
