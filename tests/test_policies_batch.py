@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from radixmeta import Router
 
@@ -174,3 +175,32 @@ def test_default_batch_ties_rotate_over_idle_workers() -> None:
         for d in decisions:
             router.finish(d.request_id)
     assert sorted(used.values()) == [2, 2, 2, 2]
+
+
+def test_bounded_pools_count_the_prefixes_recomputed_by_ches_approximation() -> None:
+    import math
+
+    from radixmeta.policies.default import _Member, _Piece, _Pools
+
+    def group(g: int, members: int, prefix: int, tail: int) -> _Piece:
+        ms = [_Member(g * 1000 + k, prefix + tail, -1, 0, [0, 0]) for k in range(members)]
+        return _Piece(g, ms, prefix)
+
+    pools = _Pools([10_000, 2_000], [0.0, 0.0])
+    hot, cold = group(0, 30, 1500, 100), group(1, 10, 1500, 100)
+    # Both prefixes fit in 10,000 tokens: each computed once, plus every tail.
+    assert pools.load(0, [hot, cold]) == hot.cold + cold.cold
+    # In 2,000 they do not: T solves 1500 (1 - e^{-0.75 T}) + 1500 (1 - e^{-0.25 T})
+    # + 100 T = 2000, and each later member recomputes with the chance e^{-q T}.
+    got = pools.load(1, [hot, cold])
+
+    def kept(t: float) -> float:
+        return 1500 * (1 - math.exp(-0.75 * t)) + 1500 * (1 - math.exp(-0.25 * t)) + 100 * t
+
+    low, high = 0.0, 20.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if kept(mid) < 2000 else (low, mid)
+    extra = 1500 * 29 * math.exp(-0.75 * low) + 1500 * 9 * math.exp(-0.25 * low)
+    assert got == pytest.approx(hot.cold + cold.cold + extra, rel=1e-6)
+    assert got > hot.cold + cold.cold

@@ -362,9 +362,15 @@ class DefaultPolicy:
             for piece in whole
             for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
         ]
+        # Bounded pools: a group's prefix is computed again whenever the worker's other
+        # requests push it out between two of its members (_Pools).
+        capacities = first.capacities
+        pools = None
+        if None not in capacities and any(len(p.members) > 1 for p in whole):
+            pools = _Pools(cast(list[int], capacities), queued)
         best = None
         for pieces in ([whole] if len(cut) == len(whole) else [whole, cut]):
-            packing = _pack(list(pieces), queued, order, speed, weight, in_flight)
+            packing = _pack(list(pieces), queued, order, speed, weight, in_flight, pools)
             if best is None or max(packing[2]) < max(best[2]):
                 best = packing
         assert best is not None
@@ -374,7 +380,7 @@ class DefaultPolicy:
         # than splitting one more group, which only a group above half a share risks.
         split = {g for g, count in Counter(piece.group for piece in pieces).items() if count > 1}
         for _ in range(4 * n + len(pieces)):
-            if not _move_part(pieces, where, load, placed, split, fair / 2.0):
+            if not _move_part(pieces, where, load, placed, split, fair / 2.0, pools):
                 break
         out: list[Choice | None] = [None] * len(requests)
         for piece, w in zip(pieces, where, strict=True):
@@ -731,6 +737,7 @@ def _pack(
     speed: list[float],
     weight: list[float],
     in_flight: list[float],
+    pools: _Pools | None = None,
 ) -> tuple[list[_Piece], list[int], list[float]]:
     """Place the pieces, each on the worker it leaves least loaded (a second piece of a
     group on a worker shares the first one's prefix there): those some worker holds
@@ -741,7 +748,9 @@ def _pack(
     weighed by the requests already waiting there that it delays (1 without
     reports, which is plain least-loaded packing). Workers are scanned from
     ``order``'s first (the policy's rotation), ties going to the fewest tokens in
-    flight. Returns the pieces, each one's worker and the workers' loads."""
+    flight. With ``pools`` (bounded caches) a piece's cost on a worker is what the
+    worker's load grows by, its prefix recomputed as ``_Pools`` counts it. Returns
+    the pieces, each one's worker and the workers' loads."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
@@ -757,6 +766,8 @@ def _pack(
         best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
         for w in order:
             cost = piece.cost(w, True) if (piece.group, w) in placed else row[w]
+            if pools is not None:
+                cost = pools.load(w, [*pools.on[w], piece]) - load[w]
             score = speed[w] * (load[w] + weight[w] * cost)
             if best < 0 or score < best_score or (
                 score == best_score and in_flight[w] < best_tokens
@@ -766,7 +777,74 @@ def _pack(
         load[best] += best_cost
         in_flight[best] += best_cost
         placed.add((piece.group, best))
+        if pools is not None:
+            pools.on[best].append(piece)
+    if pools is not None:
+        pools.on = [[] for _ in pools.on]  # the next packing starts afresh
     return pieces, where, load
+
+
+class _Pools:
+    """Batch packing with bounded KV pools: what a worker computes for the pieces on it.
+
+    A worker's requests come in a shuffled order, so its pool is an LRU cache under
+    independent references, which Che's approximation describes (Che, Tung and
+    Wang, IEEE JSAC 2002): a page stays cached while it was used within the last
+    ``T`` requests, ``T`` being where what those requests keep fills the pool,
+    ``sum_g S_g (1 - exp(-q_g T)) + T t = C``: a group ``g`` of ``n_g`` members
+    among the worker's ``N`` is used with probability ``q_g = n_g / N`` per request
+    and keeps its ``S_g``-token prefix; ``t`` is the mean of what each request
+    writes of its own. Each later member of a group then recomputes its prefix with
+    the chance ``exp(-q_g T)``. Pieces of one group on one worker share its prefix.
+    O(pieces on the worker) a call, times the bisection's 40 rounds.
+    """
+
+    __slots__ = ("capacities", "on", "queued")
+
+    def __init__(self, capacities: list[int], queued: list[float]) -> None:
+        self.capacities = capacities
+        self.queued = queued
+        self.on: list[list[_Piece]] = [[] for _ in capacities]
+
+    def load(self, worker: int, pieces: list[_Piece]) -> float:
+        """The worker's tokens to compute with ``pieces`` on it, prefixes recomputed."""
+        groups: dict[int, list[float]] = {}  # group -> [members, shared prefix]
+        total = 0.0
+        for piece in pieces:
+            there = piece.group in groups
+            total += piece.cost(worker, there)
+            entry = groups.setdefault(piece.group, [0.0, float(piece.shared)])
+            entry[0] += len(piece.members)
+        base = self.queued[worker] + total
+        shared = [(members, prefix) for members, prefix in groups.values() if prefix > 0]
+        capacity = float(self.capacities[worker])
+        if sum(prefix for _, prefix in shared) <= capacity:
+            return base  # every prefix fits beside the rest: computed once each
+        count = sum(entry[0] for entry in groups.values())
+        own = max(0.0, total - sum(prefix for _, prefix in shared)) / count
+        rates = [(members / count, prefix) for members, prefix in shared]
+
+        def kept(horizon: float) -> float:
+            return sum(prefix * (1.0 - math.exp(-q * horizon)) for q, prefix in rates) + (
+                horizon * own
+            )
+
+        low, high = 0.0, capacity / own if own > 0 else capacity * count
+        while kept(high) < capacity:  # no writes of their own: the prefixes alone
+            high *= 2.0
+        for _ in range(40):
+            mid = (low + high) / 2.0
+            if kept(mid) < capacity:
+                low = mid
+            else:
+                high = mid
+        horizon = low
+        extra = sum(
+            prefix * (q * count - 1.0) * math.exp(-q * horizon)
+            for q, prefix in rates
+            if q * count > 1.0
+        )
+        return base + extra
 
 
 def _move_part(
@@ -776,10 +854,12 @@ def _move_part(
     placed: set[tuple[int, int]],
     split: set[int],
     whole_limit: float,
+    pools: _Pools | None = None,
 ) -> bool:
     """Move the last members of one of the busiest worker's pieces to the least loaded
     worker, if that lowers the busiest load; returns whether it did. Only a group
-    split already or of more than ``whole_limit`` tokens gives members."""
+    split already or of more than ``whole_limit`` tokens gives members. With ``pools``
+    the two workers' loads are counted again as ``_Pools`` counts them."""
     high = load.index(max(load))
     low = load.index(min(load))
     if high == low:
@@ -805,8 +885,14 @@ def _move_part(
             cut -= 1
             moved += own
         stay, go = piece.split(cut)
-        new_high = load[high] - now + stay.cost(high, False)
-        new_low = load[low] + go.cost(low, there)
+        if pools is not None:
+            on_high = [x if q != p else stay for q, x in enumerate(pieces) if where[q] == high]
+            on_low = [x for q, x in enumerate(pieces) if where[q] == low]
+            new_high = pools.load(high, on_high)
+            new_low = pools.load(low, [*on_low, go])
+        else:
+            new_high = load[high] - now + stay.cost(high, False)
+            new_low = load[low] + go.cost(low, there)
         after = max(new_high, new_low)
         if after < load[high] and (best is None or (after, -piece.cold) < best[:2]):
             best = (after, -piece.cold, p, stay, go, new_high, new_low)
