@@ -159,3 +159,31 @@ def test_synthetic_workloads_by_name_in_the_grid(capsys: pytest.CaptureFixture[s
     assert "agents/3 @0.5 2w 4x idle" in capsys.readouterr().out
     w = workloads.synthetic("agents", seed=3, limit=120)
     assert len(w) == 120 and math.isfinite(w.arrivals[-1])
+
+
+def test_rivals_from_an_earlier_run_are_reused_and_default_runs_again(
+    trace_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from radixmeta.sim import traces
+
+    args = ["reproduce", "traces", "--trace-file", str(trace_file), "--workers", "2",
+            "--capacity", "1x", "--loads", "0.8", "--consistency", "idle",
+            "--policies", "default,round_robin,least_loaded"]
+    assert main([*args, "--out", str(tmp_path / "first")]) == 0
+    first = tmp_path / "first" / "traces.json"
+    ran: list[list[str]] = []
+    real = traces.run_cells
+
+    def counting(tokens: Any, arrivals: Any, outputs: Any, cells: Any, **kw: Any) -> Any:
+        ran.append([c.policy for c in cells])
+        return real(tokens, arrivals, outputs, cells, **kw)
+
+    monkeypatch.setattr(traces, "run_cells", counting)
+    assert main([*args, "--rivals-from", str(first), "--out", str(tmp_path / "again")]) == 0
+    assert ran == [["default"]]
+    old = json.loads(first.read_text())["cells"][0]["summaries"]
+    new = json.loads((tmp_path / "again" / "traces.json").read_text())["cells"][0]["summaries"]
+    assert new["round_robin"] == old["round_robin"]
+    assert new["default"]["hit_rate"] == old["default"]["hit_rate"]  # deterministic
+    # Another setting is another experiment: refused, before anything runs.
+    assert main([*args, "--rivals-from", str(first), "--seed", "3"]) == 2

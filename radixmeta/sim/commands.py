@@ -693,6 +693,12 @@ def add_traces_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", help="write traces.json (every cell, strict JSON) here")
     parser.add_argument(
+        "--rivals-from",
+        metavar="TRACES_JSON",
+        help="take every policy but default from an earlier traces.json where it has the "
+        "cell (after a change to default only: its rivals' runs are the same)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 unless default meets every target"
     )
 
@@ -791,7 +797,20 @@ def reproduce_traces(args: argparse.Namespace) -> int:
     for text in capacities:  # refused before anything runs
         traces._capacity_tokens(text, base.cost_model.kv_tokens)
     loaded = _trace_workloads(args)
-    described = [{"label": label, **_describe(w)} for label, w in loaded]
+    described = [{"label": label, "digest": w.digest(), **_describe(w)} for label, w in loaded]
+    settings = {
+        "limit": args.limit,
+        "block_size": args.block_size,
+        "page_size": args.page_size,
+        "prefill_model": args.prefill_model,
+        "decode_model": args.decode_model,
+        "seed": args.seed,
+    }
+    rivals = (
+        None
+        if not args.rivals_from
+        else traces.load_rivals(args.rivals_from, described, settings)
+    )
     for item in described:
         print(
             f"{item['label']}: {item['requests']:,} requests, "
@@ -804,7 +823,7 @@ def reproduce_traces(args: argparse.Namespace) -> int:
         done.append(result)
         print("\n".join(traces.cell_rows(result)), flush=True)
         if args.out:
-            traces.write_results(Path(args.out) / "traces.json", described, done)
+            traces.write_results(Path(args.out) / "traces.json", described, done, settings)
 
     results = traces.run_grid(
         loaded,
@@ -816,12 +835,15 @@ def reproduce_traces(args: argparse.Namespace) -> int:
         base=base,
         jobs=args.jobs,
         on_result=on_result,
+        rivals=rivals,
     )
     print("\nTargets, per cell, for default against the best of the policies run:")
     print("\n".join(f"  {name:5} {what}" for name, what in traces.TARGETS))
     print("\n".join(traces.met_rows(results)))
     if args.out:
-        path = traces.write_results(Path(args.out) / "traces.json", described, results)
+        path = traces.write_results(
+            Path(args.out) / "traces.json", described, results, settings
+        )
         print(f"wrote {path}")
     print(f"done in {time.perf_counter() - started:.1f} s")
     unmet = any(r.skipped is None and False in r.verdict.values() for r in results)

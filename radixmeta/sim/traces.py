@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from radixmeta.errors import InvalidInputError
+from radixmeta.errors import DataNotFoundError, InvalidInputError
 from radixmeta.policies import names as policy_names
 from radixmeta.sim.engine import SimConfig
 from radixmeta.sim.load import offered_work, scale_to_load
@@ -48,6 +48,7 @@ __all__ = [
     "Cell",
     "Result",
     "cell_rows",
+    "load_rivals",
     "met_rows",
     "run_grid",
     "spread_arrivals",
@@ -175,6 +176,7 @@ def run_grid(
     base: SimConfig | None = None,
     jobs: int = 1,
     on_result: Callable[[Result], None] | None = None,
+    rivals: dict[tuple[str, str, int, str, str], dict[str, dict[str, Any]]] | None = None,
 ) -> list[Result]:
     """Run the grid; ``on_result`` hears of each cell as it is done.
 
@@ -194,6 +196,10 @@ def run_grid(
         Everything else about a run (cost model, batch bounds, seed...).
     jobs : int
         Processes for the runs of a cell group.
+    rivals : dict, optional
+        Summaries of earlier runs by cell key ``(workload, timing, workers, capacity,
+        consistency)`` and policy (:func:`load_rivals`): every policy but ``default``
+        found there for a cell is taken as it is instead of run again.
     """
     chosen = list(policy_names() if policies is None else policies)
     if "default" not in chosen:
@@ -238,24 +244,84 @@ def run_grid(
                             if on_result is not None:
                                 on_result(result)
                         continue
+                    known = [
+                        {} if rivals is None else rivals.get(_key(cell), {}) for cell in cells
+                    ]
                     configs = [
-                        replace(fleet, policy=p, consistency=c)
-                        for c in consistencies
+                        replace(fleet, policy=p, consistency=cell.consistency)
+                        for cell, have in zip(cells, known, strict=True)
                         for p in chosen
+                        if p == "default" or p not in have
                     ]
                     summaries, _ = run_cells(
                         tokens, times, outputs, configs, optimal=optimal, jobs=jobs
                     )
-                    for k, cell in enumerate(cells):
-                        mine = summaries[k * len(chosen) : (k + 1) * len(chosen)]
-                        by_policy = {s["policy"]: s for s in mine}
-                        for s in mine:
-                            s["load"] = {"load": load, "timing": timing}
+                    ran = iter(summaries)
+                    for cell, have in zip(cells, known, strict=True):
+                        by_policy = {}
+                        for p in chosen:
+                            if p != "default" and p in have:
+                                by_policy[p] = have[p]
+                            else:
+                                fresh = next(ran)
+                                fresh["load"] = {"load": load, "timing": timing}
+                                by_policy[p] = fresh
                         result = Result(cell, load, by_policy, verdict(by_policy, load))
                         results.append(result)
                         if on_result is not None:
                             on_result(result)
     return results
+
+
+def _key(cell: Cell) -> tuple[str, str, int, str, str]:
+    return (cell.workload, cell.timing, cell.workers, cell.capacity, cell.consistency)
+
+
+def load_rivals(
+    path: str | os.PathLike[str],
+    workloads: Sequence[dict[str, Any]] = (),
+    run: dict[str, Any] | None = None,
+) -> dict[tuple[str, str, int, str, str], dict[str, dict[str, Any]]]:
+    """The summaries of a ``traces.json`` by cell, for ``run_grid(rivals=...)``.
+
+    ``workloads`` and ``run`` (as :func:`write_results` takes them) must agree with
+    the file's where the file has them: a workload of the same label with another
+    digest, or other run settings, would be another experiment.
+
+    Raises
+    ------
+    DataNotFoundError
+        The file does not exist or is not a traces file.
+    InvalidInputError
+        The file's workloads or settings differ.
+    """
+    file = Path(path)
+    try:
+        doc = json.loads(file.read_text())
+        cells = doc["cells"] if doc.get("experiment") == "traces" else None
+    except (OSError, ValueError, AttributeError) as exc:
+        msg = f"--rivals-from {file}: not a readable traces.json ({exc})"
+        raise DataNotFoundError(msg) from None
+    if cells is None:
+        msg = f"--rivals-from {file}: not a traces.json of reproduce traces"
+        raise DataNotFoundError(msg)
+    theirs = {w.get("label"): w.get("digest") for w in doc.get("workloads", [])}
+    for w in workloads:
+        other = theirs.get(w["label"])
+        if other is not None and other != w.get("digest"):
+            msg = f"--rivals-from {file}: its {w['label']} is another workload (digest differs)"
+            raise InvalidInputError(msg)
+    for name, value in (run or {}).items():
+        if name in doc.get("run", {}) and doc["run"][name] != value:
+            msg = f"--rivals-from {file}: it ran with {name}={doc['run'][name]!r}, not {value!r}"
+            raise InvalidInputError(msg)
+    return {
+        (c["workload"], c["timing"], c["workers"], c["capacity"], c["consistency"]): c[
+            "summaries"
+        ]
+        for c in cells
+        if not c.get("skipped")
+    }
 
 
 def _num(value: float, width: int, digits: int = 2) -> str:
@@ -324,15 +390,23 @@ def _clean(value: Any) -> Any:
 
 
 def write_results(
-    path: str | os.PathLike[str], workloads: list[dict[str, Any]], results: Sequence[Result]
+    path: str | os.PathLike[str],
+    workloads: list[dict[str, Any]],
+    results: Sequence[Result],
+    run: dict[str, Any] | None = None,
 ) -> Path:
-    """Write every cell (its summaries and verdict) as strict JSON."""
+    """Write every cell (its summaries and verdict) as strict JSON.
+
+    ``workloads`` describes what ran (label, digest, counts), ``run`` the settings
+    every cell shares; :func:`load_rivals` checks both before reusing a summary.
+    """
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "experiment": "traces",
         "targets": dict(TARGETS),
         "load_limit": LOAD_LIMIT,
+        "run": run or {},
         "workloads": workloads,
         "cells": [
             {
