@@ -92,3 +92,12 @@ def test_bad_shapes_are_clear_errors() -> None:
         trace_shape("chat", burst_share=2.0)
     with pytest.raises(InvalidInputError, match="time_scale"):
         workloads.synthetic("chat", time_scale=-1)
+
+
+def test_simulate_runs_a_synthetic_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    from radixmeta.cli import main
+
+    assert main(["simulate", "--workload", "synthetic", "--shape", "agents", "--sessions",
+                 "15", "--policies", "default", "--workers", "2", "--seed", "2"]) == 0
+    assert "synthetic" in capsys.readouterr().out
+    assert main(["simulate", "--workload", "synthetic", "--shape", "nope"]) == 2

@@ -161,7 +161,10 @@ def load_workload(args: argparse.Namespace) -> Any:
         )
     elif name == "sharegpt":
         params.update(path=args.sharegpt_file, tokenizer=args.tokenizer)
-    if rate is not None and name != "trace":
+    elif name == "synthetic":
+        params.update(shape=args.shape, sessions=args.sessions, time_scale=args.time_scale)
+    timed = name in ("trace", "synthetic")  # a trace's own times; --rate stretches them
+    if rate is not None and not timed:
         params["rate"] = rate
     if name != "trace":
         params["seed"] = args.seed
@@ -173,7 +176,7 @@ def load_workload(args: argparse.Namespace) -> Any:
     if len(workload) == 0:
         msg = f"the {name} workload has no requests: nothing to simulate"
         raise InvalidInputError(msg)
-    if rate is not None and name == "trace":
+    if rate is not None and timed:
         times, factor = scale_to_rate(list(workload.arrivals), rate)
         requests = [
             workloads.Request(r.request_id, r.tokens, t, r.output_len, r.group)
@@ -545,7 +548,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
     if not reproduce:
         parser.add_argument(
             "--workload",
-            choices=("gsp", "mmlu", "sharegpt", "trace"),
+            choices=("gsp", "mmlu", "sharegpt", "trace", "synthetic"),
             default="gsp",
             help="what to simulate (default: gsp, generated shared-prefix groups, no data needed)",
         )
@@ -610,6 +613,14 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
             "--time-scale", type=float, default=1.0, help="--workload trace: stretch time"
         )
         parser.add_argument("--sharegpt-file", help="--workload sharegpt: a ShareGPT JSON file")
+        parser.add_argument(
+            "--shape",
+            default="chat",
+            help="--workload synthetic: chat, agents, documents or bursty (default chat)",
+        )
+        parser.add_argument(
+            "--sessions", type=int, default=None, help="--workload synthetic: conversations"
+        )
         parser.add_argument(
             "--trace-out", help="write a Chrome trace (Perfetto) of the largest fleet"
         )
