@@ -21,11 +21,15 @@ Workloads (page size 16, 8 workers):
   the peer's "route" row does); the native row is the MetaTree's match and insert alone,
   for worker ``i % 8`` as the peer's tenant.
 
-For every row the same run also times the native calls alone (``MetaTree.match(...,
-cursor=True)`` and the mark from it, on a copy of the same tree state), so the Python
-overhead of the router is their difference. Policies: ``--policy NAME`` uses
-``radixmeta.policies.create(NAME)`` when the built-in policies are installed; until then
-the bench's own stand-ins below (``least_loaded``, ``cache_aware``, ``default``).
+* ``token forms``: the warm workload's dispatch with the prompt held as a uint32, int32
+  or int64 array or a list (what a tokenizer returns), converted untimed just before.
+* ``N workers`` (``--wide``, default 1,024): the warm workload on a wide fleet, dispatch
+  against dispatch_batch per request.
+
+For every row of the first table the same run also times the native calls alone
+(``MetaTree.match(..., cursor=True)`` and the mark from it, on a copy of the same tree
+state), so the Python overhead of the router is their difference. Policies: the
+built-in ones, ``radixmeta.policies.create(NAME)`` (``--policy NAME``, repeatable).
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from radixmeta import MetaTree, Router, WorkerId
-from radixmeta.policies.base import Choice, Request, View
+from radixmeta import MetaTree, Router, policies
+from radixmeta.policies.base import Request, View
 
 PAGE = 16
 WORKERS = 8
@@ -54,61 +58,9 @@ PROMPT = 2048
 PREFIX = 1536
 
 
-# -- stand-in policies (until radixmeta.policies lands) ---------------------------------------
-class LeastLoaded:
-    """Fewest requests in flight (lowest position on ties)."""
-
-    def choose(self, request: Request, view: View) -> WorkerId:
-        r = view.requests
-        return view.workers[r.index(min(r))]
-
-
-class CacheAware:
-    """The sgl-router cache_aware rule: balance when loads are skewed, else the longest
-    match if it covers enough of the prompt, else the least loaded."""
-
-    def __init__(self, threshold: float = 0.5, balance_abs: int = 32, balance_rel: float = 1.1):
-        self.threshold, self.balance_abs, self.balance_rel = threshold, balance_abs, balance_rel
-
-    def choose(self, request: Request, view: View) -> WorkerId | Choice:
-        loads = view.requests
-        low, high = min(loads), max(loads)
-        if high - low > self.balance_abs and high > low * self.balance_rel:
-            return Choice(view.workers[loads.index(low)], "balance", (("max", high), ("min", low)))
-        lengths = view.lengths
-        top = max(lengths)
-        if top and top >= self.threshold * len(request.tokens):
-            return view.workers[lengths.index(top)]
-        return view.workers[loads.index(low)]
-
-
-class Default:
-    """A stand-in "default": the least estimated prefill work, uncached tokens plus the
-    worker's queued prefill tokens."""
-
-    def choose(self, request: Request, view: View) -> Choice:
-        n = len(request.tokens)
-        prefill = view.prefill_tokens
-        costs = [n - length + queued for length, queued in zip(view.lengths, prefill, strict=True)]
-        k = costs.index(min(costs))
-        return Choice(view.workers[k], "least_prefill", (("cost", costs[k]),))
-
-
-STAND_INS: dict[str, Callable[[], Any]] = {
-    "least_loaded": LeastLoaded,
-    "cache_aware": CacheAware,
-    "default": Default,
-}
-
-
-def make_policy(name: str) -> tuple[Any, str]:
-    """The built-in policy of that name if installed, else the stand-in; and which it is."""
-    from radixmeta import policies
-
-    create = getattr(policies, "create", None)
-    if create is not None:
-        return create(name), "built-in"
-    return STAND_INS[name](), "stand-in"
+def make_policy(name: str) -> Any:
+    """The built-in policy of that name."""
+    return policies.create(name)
 
 
 # -- workloads ---------------------------------------------------------------------------------
@@ -151,10 +103,12 @@ def median_us(samples: list[int]) -> float:
     return statistics.median(samples) / 1000
 
 
-def warm_router(policy: Any, mode: str, prefixes: list[np.ndarray]) -> tuple[Router, list[Any]]:
-    capacity = GROUPS * PROMPT // WORKERS * 4  # room for the warm tree and then some
+def warm_router(
+    policy: Any, mode: str, prefixes: list[np.ndarray], workers: int = WORKERS
+) -> tuple[Router, list[Any]]:
+    capacity = GROUPS * PROMPT // min(workers, GROUPS) * 4  # room for the warm tree and more
     router = Router(PAGE, policy=policy, mode=mode)
-    for i in range(WORKERS):
+    for i in range(workers):
         router.add_worker(f"w{i}", capacity=capacity)
     rng = np.random.default_rng(1)
     warm = []
@@ -173,16 +127,32 @@ def fresh(prefixes: list[np.ndarray], suffixes: np.ndarray, k: int) -> np.ndarra
     return np.concatenate([prefixes[k % GROUPS], suffixes[k % len(suffixes)]])
 
 
+#: How a caller may hold a prompt (the token-form rows): what a tokenizer returns is a list.
+FORMS: dict[str, Callable[[np.ndarray], Any]] = {
+    "uint32": lambda key: key,
+    "int32": lambda key: key.astype(np.int32),
+    "int64": lambda key: key.astype(np.int64),
+    "list": lambda key: key.tolist(),
+}
+
+
 def time_dispatch(
-    router: Router, prefixes: list[np.ndarray], warm: list[np.ndarray], n: int, repeat: bool
+    router: Router,
+    prefixes: list[np.ndarray],
+    warm: list[np.ndarray],
+    n: int,
+    repeat: bool,
+    form: str = "uint32",
 ) -> list[int]:
     rng = np.random.default_rng(2)
     suffixes = rng.integers(0, 50_000, (512, PROMPT - PREFIX), dtype=np.uint32)
     clock = time.perf_counter_ns
     dispatch, finish = router.dispatch, router.finish
+    convert = FORMS[form]
     out = []
     for k in range(n):
-        key = warm[k % GROUPS] if repeat else fresh(prefixes, suffixes, k)
+        # The prompt in its form, made (untimed) just before its dispatch.
+        key = convert(warm[k % GROUPS] if repeat else fresh(prefixes, suffixes, k))
         t0 = clock()
         d = dispatch(key)
         out.append(clock() - t0)
@@ -286,6 +256,59 @@ def time_shared(policy: Any, strings: Sequence[np.ndarray]) -> tuple[list[int], 
     return routed, native
 
 
+def forms_table(
+    names: Sequence[str], prefixes: list[np.ndarray], repeats: int, requests: int
+) -> list[dict[str, Any]]:
+    """Dispatch of the warm workload (exact mode) with the prompt in each of FORMS."""
+    print(f"\ntoken forms: dispatch (exact, warm, {WORKERS} workers) of a {PROMPT}-token prompt\n"
+          "held as each form; medians (us), and each form's ratio to uint32")
+    print(f"{'policy':<13}" + "".join(f"{form:>8}" for form in FORMS)
+          + "".join(f"{'/' + form:>8}" for form in list(FORMS)[1:]))
+    rows = []
+    for name in names:
+        runs: dict[str, list[float]] = {form: [] for form in FORMS}
+        for _ in range(repeats):
+            for form in FORMS:  # the forms one after the other, on the same router state
+                router, warm = warm_router(make_policy(name), "exact", prefixes)
+                gc.collect()
+                samples = time_dispatch(router, prefixes, warm, requests, False, form)
+                runs[form].append(median_us(samples))
+                router.close()
+        medians = {form: statistics.median(v) for form, v in runs.items()}
+        for form, value in medians.items():
+            rows.append({"policy": name, "mode": "exact", "workload": "warm", "form": form,
+                         "dispatch": value, "ratio_to_uint32": value / medians["uint32"]})
+        print(f"{name:<13}" + "".join(f"{medians[f]:>8.2f}" for f in FORMS)
+              + "".join(f"{medians[f] / medians['uint32']:>8.2f}" for f in list(FORMS)[1:]))
+    return rows
+
+
+def wide_table(
+    names: Sequence[str], prefixes: list[np.ndarray], repeats: int, requests: int, workers: int
+) -> list[dict[str, Any]]:
+    """Dispatch and dispatch_batch per request on a wide fleet (exact, warm)."""
+    n = max(64, requests // 5)  # a wide fleet's dispatch costs ~10x: fewer requests
+    print(f"\n{workers:,} workers: dispatch, and dispatch_batch of 64 per request (exact, warm:\n"
+          f"{GROUPS} groups); medians of {repeats} runs of {n} requests (us)")
+    print(f"{'policy':<13}{'dispatch':>10}{'batch/req':>11}{'batch/dispatch':>16}")
+    rows = []
+    for name in names:
+        dispatch: list[float] = []
+        batched: list[float] = []
+        for _ in range(repeats):
+            router, warm = warm_router(make_policy(name), "exact", prefixes, workers)
+            gc.collect()
+            dispatch.append(median_us(time_dispatch(router, prefixes, warm, n, False)))
+            batched.append(statistics.median(time_batches(router, prefixes, n)) / 1000)
+            router.close()
+        row = {"policy": name, "mode": "exact", "workload": "warm", "workers": workers,
+               "dispatch": statistics.median(dispatch), "batch": statistics.median(batched)}
+        rows.append(row)
+        print(f"{name:<13}{row['dispatch']:>10.2f}{row['batch']:>11.2f}"
+              f"{row['batch'] / row['dispatch']:>16.2f}")
+    return rows
+
+
 # -- main --------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -294,6 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="fewer requests and repeats")
     parser.add_argument("--no-shared", action="store_true", help="skip the peer's workload")
+    parser.add_argument("--no-forms", action="store_true", help="skip the token-form rows")
+    parser.add_argument(
+        "--wide", type=int, default=1024, metavar="N",
+        help="workers of the wide rows (dispatch and batch per request); 0 skips them",
+    )
     parser.add_argument("--json", help="write every number here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -302,8 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefixes = groups()
     rows: list[dict[str, Any]] = []
     print(f"Router.dispatch, {PROMPT}-token prompts, page {PAGE}, {WORKERS} workers, "
-          f"{GROUPS} groups warm; medians of {args.repeats} runs of {args.requests} requests (us)")
-    header = f"{'policy':<13}{'kind':<9}{'mode':<12}{'workload':<9}{'dispatch':>9}"
+          f"{GROUPS} groups warm;\nmedians of {args.repeats} runs of {args.requests} requests (us)")
+    header = f"{'policy':<13}{'mode':<12}{'workload':<9}{'dispatch':>9}"
     header += f"{'native':>8}{'overhead':>9}{'policy':>8}{'batch/req':>10}"
     print(header)
     for name in names:
@@ -312,9 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs: dict[str, list[float]] = {
                     "dispatch": [], "native": [], "batch": [], "choose": []
                 }
-                kind = ""
                 for _ in range(args.repeats):
-                    policy, kind = make_policy(name)
+                    policy = make_policy(name)
                     router, warm = warm_router(policy, mode, prefixes)
                     repeat = workload == "repeat"
                     gc.collect()
@@ -330,20 +357,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                         runs["choose"].append(time_policy(router, prefixes) / 1000)
                     router.close()
                 row = {k: statistics.median(v) for k, v in runs.items() if v}
-                row.update(policy=name, kind=kind, mode=mode, workload=workload)
+                row.update(policy=name, mode=mode, workload=workload)
                 rows.append(row)
                 batch = f"{row['batch']:>10.2f}" if "batch" in row else f"{'':>10}"
                 own = f"{row['choose']:>8.2f}" if "choose" in row else f"{'':>8}"
-                print(f"{name:<13}{kind:<9}{mode:<12}{workload:<9}{row['dispatch']:>9.2f}"
+                print(f"{name:<13}{mode:<12}{workload:<9}{row['dispatch']:>9.2f}"
                       f"{row['native']:>8.2f}{row['dispatch'] - row['native']:>9.2f}{own}{batch}")
+    if not args.no_forms:
+        rows += forms_table(names, prefixes, args.repeats, args.requests)
+    if args.wide:
+        rows += wide_table(names, prefixes, args.repeats, args.requests, args.wide)
     if not args.no_shared:
         strings = shared_workload(2000 if args.quick else 10_000)
-        print(f"\nshared workload (sgl-router peer note 5.3): {len(strings)} strings of 2,500 "
-              "tokens routed into one growing tree; mean and median per request (us)")
+        print(f"\nshared workload (sgl-router peer note 5.3): {len(strings)} strings of 2,500\n"
+              "tokens routed into one growing tree; mean and median per request (us);\n"
+              "native: the MetaTree's match and insert alone")
+        print(f"{'policy':<13}{'mean':>10}{'median':>10}{'native':>10}{'median':>10}")
         for name in names:
             means, medians, native_means, native_medians = [], [], [], []
             for _ in range(args.repeats):
-                policy, kind = make_policy(name)
+                policy = make_policy(name)
                 routed, native = time_shared(policy, strings)
                 means.append(statistics.mean(routed) / 1000)
                 medians.append(median_us(routed))
@@ -351,7 +384,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 native_medians.append(median_us(native))
             row = {
                 "policy": name,
-                "kind": kind,
                 "workload": "shared",
                 "dispatch_mean": statistics.median(means),
                 "dispatch": statistics.median(medians),
@@ -359,9 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "native": statistics.median(native_medians),
             }
             rows.append(row)
-            print(f"{name:<13}{kind:<9}dispatch mean {row['dispatch_mean']:.2f} median "
-                  f"{row['dispatch']:.2f}; native match+insert mean {row['native_mean']:.2f} "
-                  f"median {row['native']:.2f}")
+            print(f"{name:<13}{row['dispatch_mean']:>10.2f}{row['dispatch']:>10.2f}"
+                  f"{row['native_mean']:>10.2f}{row['native']:>10.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -9,7 +9,7 @@ from radixmeta._impl import implementation
 from radixmeta._types import CacheStats, DumpRecord, MetaItem
 from radixmeta._workers import WorkerId
 from radixmeta.cache import RadixCache
-from radixmeta.log import EventLog
+from radixmeta.events import EventLog
 from radixmeta.meta import MetaTree
 from radixmeta.router import Decision, Router, WorkerLoad
 

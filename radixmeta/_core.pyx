@@ -143,14 +143,14 @@ cdef inline object _element(object item, str name, Py_ssize_t i):
     return element(item, name, i)  # raises the library's error (or takes a rare subclass)
 
 
-cdef int _tokens_one_by_one(tuple items, Py_ssize_t i, uint32_t* dst) except -1:
+cdef int _tokens_one_by_one(tuple items, Py_ssize_t i, uint32_t* dst, str name="key") except -1:
     """Convert items[i:] into dst, element by element from i (the slow path)."""
     cdef Py_ssize_t n = len(items)
     cdef PyObject** base = PySequence_Fast_ITEMS(items)
     while i < n:
-        value = _element(items[i], "key", i)
+        value = _element(items[i], name, i)
         if not 0 <= value <= 0xFFFFFFFF:
-            raise InvalidInputError(f"key[{i}] = {value} is outside the token range [0, 2**32)")
+            raise InvalidInputError(f"{name}[{i}] = {value} is outside the token range [0, 2**32)")
         dst[i] = <uint32_t>value
         i += 1
         i += rm_exact_tokens(base + i, n - i, dst + i)
@@ -192,9 +192,57 @@ cdef object _load_tokens(object key, vector[uint32_t]* scratch, const uint32_t**
     return arr
 
 
-cdef int _raise_token_range(cnp.ndarray arr) except -1:
+cdef int _raise_token_range(cnp.ndarray arr, str name="key") except -1:
     bad = np.flatnonzero((arr < 0) | (arr > 0xFFFFFFFF))[0]
-    raise InvalidInputError(f"key[{bad}] = {arr[bad]} is outside the token range [0, 2**32)")
+    raise InvalidInputError(f"{name}[{bad}] = {arr[bad]} is outside the token range [0, 2**32)")
+
+
+def token_array(tokens, str name="tokens"):
+    """``tokens`` as a 1-D, C-contiguous uint32 array, converted once by the trees' rules.
+
+    What a caller that hands one prompt to several tree calls converts first (the
+    Router does): a uint32 array that is already 1-D, C-contiguous and aligned is
+    returned as it is, without a copy; every other form (a list or tuple, an
+    ``array.array``, a buffer, an integer array of another dtype or layout) becomes a
+    new array, read and range-checked in compiled code. Errors are the trees' (see
+    ``radixmeta._keys``), naming ``name``: ``tokens[3] = -1 is outside the token range
+    [0, 2**32)``. Complexity: O(len(tokens)).
+    """
+    cdef cnp.ndarray arr, out
+    cdef Py_ssize_t length, done
+    cdef uint32_t* dst
+    if cnp.PyArray_CheckExact(tokens):
+        arr = <cnp.ndarray>tokens
+        if (arr.descr.type_num == cnp.NPY_UINT32 and cnp.PyArray_NDIM(arr) == 1
+                and cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_ISALIGNED(arr)
+                and cnp.PyArray_ISNOTSWAPPED(arr)):
+            _check_key_length(cnp.PyArray_DIM(arr, 0))
+            return arr
+    obj = _normalised(tokens, name)
+    if not cnp.PyArray_Check(obj):  # an exact list or tuple: read straight into the result
+        length = PySequence_Fast_GET_SIZE(obj)
+        _check_key_length(length)
+        out = _new_uint32(length)
+        dst = <uint32_t*>cnp.PyArray_DATA(out)
+        done = rm_exact_tokens(PySequence_Fast_ITEMS(obj), length, dst)
+        if done < length:  # __index__ may run code that changes the list: use a snapshot
+            _tokens_one_by_one(tuple(obj), done, dst, name)
+        return out
+    arr = <cnp.ndarray>obj  # native order, C-contiguous, aligned, 4 or 8 bytes an item
+    length = cnp.PyArray_DIM(arr, 0)
+    _check_key_length(length)
+    out = _new_uint32(length)
+    dst = <uint32_t*>cnp.PyArray_DATA(out)
+    if cnp.PyArray_ITEMSIZE(arr) == 4:
+        if arr.descr.kind == b'i' and not all_non_negative(
+                <const int32_t*>cnp.PyArray_DATA(arr), length):
+            _raise_token_range(arr, name)
+        if length:
+            memcpy(dst, cnp.PyArray_DATA(arr), length * sizeof(uint32_t))
+        return out
+    if not narrow_to_tokens(<const uint64_t*>cnp.PyArray_DATA(arr), dst, length):
+        _raise_token_range(arr, name)
+    return out
 
 
 cdef int _values_one_by_one(tuple items, Py_ssize_t i, int64_t* dst) except -1:
@@ -651,11 +699,13 @@ cdef class CacheCore:
         result.node = self._handle(m.node, generation, epoch, depth)
         return result
 
-    def insert(self, key, values=None, *, namespace=None, priority=0):
+    def insert(self, key, values=None, *, namespace=None, priority=0, counted=0):
         """Store ``key`` (whole pages) with its KV slot ``values``.
 
         Returns the length that was already cached, whose duplicate slots the
-        caller frees. Complexity: O(len(key) + nodes on the path + log n).
+        caller frees. Under LFU, every node of the path that ends past the
+        first ``counted`` tokens gains a hit. Complexity: O(len(key) + nodes
+        on the path + log n).
         """
         cdef vector[uint32_t] scratch
         cdef vector[int64_t] value_scratch
@@ -663,6 +713,7 @@ cdef class CacheCore:
         cdef const int64_t* value_data = NULL
         cdef size_t n = 0
         cdef int64_t prio
+        cdef uint64_t already = 0
         owner = _load_tokens(key, &scratch, &data, &n)
         if values is not None:
             value_owner = _load_values(values, n, &value_scratch, &value_data)
@@ -670,9 +721,12 @@ cdef class CacheCore:
             prio = priority
         else:
             prio = check_priority(priority)
+        if not (type(counted) is int and counted == 0):
+            # Past 2**64 - 1 nothing is counted anyway: keys are shorter than that.
+            already = min(check_int("counted", counted, 0), 0xFFFFFFFFFFFFFFFF)
         cdef uint32_t ns = self._namespace_id(namespace, True)
         cdef RadixTree* tree = self._tree.get()
-        cdef InsertOutcome out = tree.insert(ns, data, value_data, n, prio)
+        cdef InsertOutcome out = tree.insert(ns, data, value_data, n, prio, already)
         cdef uint64_t total = tree.total_size()
         # Out of the core before any object is made: the slots this call freed
         # for capacity, and the namespaces it emptied (or did not create).

@@ -1,7 +1,8 @@
 # The worker-side event log: the native EventLogCore behind radixmeta.EventLog.
 # Included into _core.pyx; the ring itself is csrc/include/radixmeta/event_ring.hpp.
 
-from radixmeta._records import checked_hashes, log_settings, make_record, truncated
+from radixmeta._log_settings import checked_hashes, log_settings, truncated
+from radixmeta._records import make_record
 
 
 cdef extern from "radixmeta/event_ring.hpp" namespace "radixmeta" nogil:

@@ -49,7 +49,19 @@ static inline int rm_exact_int(PyObject* o, long long* out) {
 
 // Tokens: exact ints in [0, 2**32).
 static inline Py_ssize_t rm_exact_tokens(PyObject* const* items, Py_ssize_t n, uint32_t* dst) {
-  for (Py_ssize_t i = 0; i < n; ++i) {
+  Py_ssize_t i = 0;
+#if PY_VERSION_HEX < 0x030C0000
+  // The common run first: ints of at most one 30-bit digit (every token id of a real
+  // vocabulary), read without a call or a branch on the value. Size 0 is the int 0.
+  for (; i < n; ++i) {
+    PyObject* o = items[i];
+    if (Py_TYPE(o) != &PyLong_Type) break;  // first: only an int has a size to read
+    const Py_ssize_t size = Py_SIZE(o);
+    if ((size_t)size > 1) break;
+    dst[i] = (uint32_t)((PyLongObject*)o)->ob_digit[0] & (0u - (uint32_t)size);
+  }
+#endif
+  for (; i < n; ++i) {
     long long v;
     if (!rm_exact_int(items[i], &v) || v < 0 || v > 0xFFFFFFFFLL) return i;
     dst[i] = (uint32_t)v;

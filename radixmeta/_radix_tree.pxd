@@ -64,7 +64,7 @@ cdef extern from "radixmeta/radix_tree.hpp" namespace "radixmeta" nogil:
         void path_tokens(uint32_t id, uint32_t* out)
         MatchOutcome match_prefix(uint32_t ns, const uint32_t* key, size_t n) except +
         InsertOutcome insert(uint32_t ns, const uint32_t* key, const int64_t* values,
-                             size_t n, int64_t priority) except +
+                             size_t n, int64_t priority, uint64_t counted) except +
         void lock(uint32_t id)
         void unlock(uint32_t id) except +
         uint64_t evict(uint64_t num_tokens, vector[int64_t]* freed) except +

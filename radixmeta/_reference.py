@@ -9,7 +9,10 @@ Rules both implementations share (tests depend on them):
 
 * A logical clock advances by one at the start of every ``match_prefix`` and
   ``insert``; every node on the walked path takes that stamp as its last access.
-* ``match_prefix`` adds one to the hit count of every node on the matched path.
+* Hit counts count inserts (SGLang's rule): an ``insert`` adds one to every
+  node on its walked path that ends past its first ``counted`` tokens, and its
+  new leaf starts at one (zero if the key ends within ``counted``);
+  ``match_prefix`` counts nothing.
 * Each new node (a new leaf, or the upper half of a split) takes the next serial
   number. A split's upper half copies lock count, hit count, last access,
   creation stamp and priority from the node it was cut from; locks taken on
@@ -349,12 +352,13 @@ class CacheCore:
         return MatchResult(pos, gathered, Node(self._owner, node))
 
     def _walk(
-        self, node: _TreeNode, toks: tuple[int, ...], touch: Callable[[_TreeNode], None]
+        self, node: _TreeNode, toks: tuple[int, ...], touch: Callable[[_TreeNode, int], None]
     ) -> tuple[_TreeNode, int]:
         """Follow ``toks`` down from ``node``, splitting where the match ends inside an edge.
 
-        ``touch`` is applied to every node of the matched path. Returns the last
-        node of that path and the matched length.
+        ``touch`` is applied to every node of the matched path, with the key
+        position where that node ends. Returns the last node of that path and
+        the matched length.
         """
         pos = 0
         p = self._page_size
@@ -369,16 +373,15 @@ class CacheCore:
                 child = self._split(child, m)
                 if self._refresh_split_tail:  # as SGLang's trees stamp the node they cut
                     lower.last_access = self._clock
-            touch(child)
+            touch(child, pos + m)
             node = child
             pos += m
             if ends_inside:
                 break
         return node, pos
 
-    def _touch_matched(self, node: _TreeNode) -> None:
+    def _touch_matched(self, node: _TreeNode, end: int) -> None:
         node.last_access = self._clock
-        node.hit_count = min(node.hit_count + 1, _HIT_COUNT_MAX)
 
     def _path_values(self, node: _TreeNode) -> list[int]:
         parts = []
@@ -414,15 +417,18 @@ class CacheCore:
         *,
         namespace: Hashable = None,
         priority: int = 0,
+        counted: int = 0,
     ) -> int:
         """Store ``key`` (whole pages) with its KV slot ``values``.
 
         Returns the length that was already cached, whose duplicate slots the
-        caller frees.
+        caller frees. Under LFU, every node of the path that ends past the
+        first ``counted`` tokens gains a hit.
         """
         raw = _keys.tokens(key)
         vals = raw if values is None else _keys.values(values, len(raw))
         priority = _keys.check_priority(priority)
+        counted = check_int("counted", counted, 0)
         n = len(raw) - len(raw) % self._page_size
         toks, vals = raw[:n], vals[:n]
         freed = self._make_room(toks, namespace) if self._capacity is not None else []
@@ -430,19 +436,26 @@ class CacheCore:
         node = self._roots.get(namespace)
         if node is None and n:  # an empty namespace costs nothing: no root until a page
             node = self._roots[namespace] = _TreeNode(None, (), (), namespace)
-        pos = 0 if node is None else self._extend(node, toks, vals, priority)
+        pos = 0 if node is None else self._extend(node, toks, vals, priority, counted)
         self._hand_over(freed)
         return pos
 
     def _extend(
-        self, node: _TreeNode, toks: tuple[int, ...], vals: tuple[int, ...], priority: int
+        self,
+        node: _TreeNode,
+        toks: tuple[int, ...],
+        vals: tuple[int, ...],
+        priority: int,
+        counted: int,
     ) -> int:
         """The walk and new leaf of ``insert``; returns the length already cached."""
         n = len(toks)
 
-        def touch(child: _TreeNode) -> None:
+        def touch(child: _TreeNode, end: int) -> None:
             child.last_access = self._clock
             child.priority = max(child.priority, priority)
+            if end > counted:  # a hit per insert through it, unless this caller counted it
+                child.hit_count = min(child.hit_count + 1, _HIT_COUNT_MAX)
 
         node, pos = self._walk(node, toks, touch)
         p = self._page_size
@@ -452,6 +465,7 @@ class CacheCore:
             leaf.serial = self._serial
             leaf.last_access = leaf.created = self._clock
             leaf.priority = priority
+            leaf.hit_count = 1 if n > counted else 0
             node.children[toks[pos : pos + p]] = leaf
             self._nodes += 1
             self._evictable += n - pos
@@ -718,6 +732,35 @@ class CacheCore:
         _require(evictable == self._evictable, "evictable_size is wrong")
         _require(protected == self._protected, "protected_size is wrong")
         _require(nodes == self._nodes, "node_count is wrong")
+
+
+def token_array(tokens: Any, name: str = "tokens") -> npt.NDArray[np.uint32]:
+    """``tokens`` as a 1-D, C-contiguous uint32 array, converted once by the trees' rules.
+
+    A uint32 array that is already 1-D, C-contiguous, aligned and in native byte
+    order is returned as it is; every other form becomes a new array. Errors are
+    the trees' (``radixmeta._keys``), naming ``name``.
+    """
+    if (
+        type(tokens) is np.ndarray
+        and tokens.dtype == np.uint32
+        and tokens.ndim == 1
+        and tokens.dtype.isnative
+        and tokens.flags.c_contiguous
+        and tokens.flags.aligned
+    ):
+        _keys.check_key_length(len(tokens))
+        return tokens
+    seq = _keys.as_sequence(tokens, name)
+    if isinstance(seq, np.ndarray):
+        _keys.check_key_length(len(seq))
+        bad = np.flatnonzero((seq < 0) | (seq > _keys.TOKEN_LIMIT - 1))
+        if len(bad):
+            i = int(bad[0])
+            msg = f"{name}[{i}] = {seq[i]} is outside the token range [0, 2**32)"
+            raise InvalidInputError(msg)
+        return np.array(seq, dtype=np.uint32)
+    return np.array(_keys.tokens(seq, name), dtype=np.uint32)
 
 
 def prefix_partners(

@@ -15,16 +15,8 @@ import numpy as np
 
 from radixmeta import _hashing
 from radixmeta._keys import check_int
-from radixmeta._records import (
-    CLEARED,
-    REMOVED,
-    STORED,
-    Record,
-    checked_hashes,
-    log_settings,
-    make_record,
-    truncated,
-)
+from radixmeta._log_settings import checked_hashes, log_settings, truncated
+from radixmeta._records import CLEARED, REMOVED, STORED, Record, make_record
 from radixmeta.errors import InvalidInputError
 
 _Entry = tuple[int, int, Hashable, tuple[int, ...], int]  # seq, kind, namespace, path, start

@@ -1,5 +1,6 @@
 # Included by _core.pyx: the binding of csrc/include/radixmeta/msgpack_batch.hpp,
-# the engines' map-era event batches read with no Python object per token or hash.
+# the engines' map-era event batches read with no Python object per token or hash,
+# and the structure check every wire decoder runs before msgspec.
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint16_t
@@ -44,8 +45,59 @@ cdef extern from "radixmeta/msgpack_batch.hpp" namespace "radixmeta::msgpack" no
         vector[uint32_t] tokens
 
     cdef cppclass BatchScanner:
-        BatchScanner(vector[EventSpec] specs) except +
+        BatchScanner(vector[EventSpec] specs, uint32_t max_depth) except +
         bint scan(const uint8_t* data, size_t size, ScannedBatch& out)
+
+    cdef enum class Problem(uint8_t):
+        kNone
+        kTruncated
+        kTooLong
+        kTooDeep
+        kInvalidByte
+        kInvalidUtf8
+        kTrailing
+
+    cdef cppclass Check:
+        Problem problem
+        size_t offset
+        uint64_t claimed
+        uint8_t header
+
+    Check check_message(const uint8_t* data, size_t size, uint32_t max_depth)
+
+
+# The names msgpack_check answers with (radixmeta._reference_msgpack answers the same).
+_PROBLEMS = {
+    <int>Problem.kTruncated: "truncated",
+    <int>Problem.kTooLong: "too_long",
+    <int>Problem.kTooDeep: "too_deep",
+    <int>Problem.kInvalidByte: "invalid_byte",
+    <int>Problem.kInvalidUtf8: "invalid_utf8",
+    <int>Problem.kTrailing: "trailing",
+}
+
+
+def msgpack_check(const unsigned char[::1] data not None, max_depth):
+    """Why ``data`` is not one well-formed msgpack value, or None when it is.
+
+    ``(problem, offset, claimed, header)``: ``problem`` one of ``"truncated"``,
+    ``"too_long"`` (a header claims more than the bytes left hold; ``claimed`` is
+    its count of items, entries or bytes), ``"too_deep"`` (arrays and maps nested
+    more than ``max_depth`` deep), ``"invalid_byte"`` (0xC1), ``"invalid_utf8"``
+    (a str, map keys included) or ``"trailing"``; ``offset`` the header at fault
+    (the data's length when it is truncated) and ``header`` its byte (0 when there
+    is none). One pass, no allocation per value
+    (``radixmeta._reference_msgpack.msgpack_check``).
+    """
+    cdef uint32_t limit = max_depth
+    cdef size_t size = data.shape[0]
+    cdef const uint8_t* start = <const uint8_t*>&data[0] if size else NULL
+    cdef Check c
+    with nogil:
+        c = check_message(start, size, limit)
+    if c.problem == Problem.kNone:
+        return None
+    return (_PROBLEMS[<int>c.problem], c.offset, c.claimed, c.header)
 
 
 _FIELD_KINDS = {
@@ -69,6 +121,9 @@ cdef class MapBatchScanner:
     specs : sequence of (str, sequence of (str, str, bool))
         Per event type, its tag and its fields in order: name, kind (a key of
         ``FIELD_KINDS``) and whether an event without it is malformed.
+    max_depth : int
+        The nesting limit of ``msgpack_check`` (at least 4): a batch the scanner
+        takes always passes ``msgpack_check(data, max_depth)``.
 
     ``scan(data)`` returns ``(ts, dp_rank, types, values)``: per event the index
     of its spec and a tuple of its field values in spec order (hash and token
@@ -82,7 +137,7 @@ cdef class MapBatchScanner:
 
     FIELD_KINDS = tuple(_FIELD_KINDS)
 
-    def __cinit__(self, specs):
+    def __cinit__(self, specs, max_depth):
         cdef vector[EventSpec] native
         cdef EventSpec event
         cdef FieldSpec field
@@ -101,9 +156,10 @@ cdef class MapBatchScanner:
                 per_field.append(<int>_FIELD_KINDS[kind])
             native.push_back(event)
             kinds.append(tuple(per_field))
+        cdef uint32_t limit = max_depth
         try:
-            self._scanner.reset(new BatchScanner(native))
-        except ValueError as exc:  # std::invalid_argument: one name, two kinds
+            self._scanner.reset(new BatchScanner(native, limit))
+        except ValueError as exc:  # std::invalid_argument: one name, two kinds; a low limit
             raise ValueError(str(exc)) from None
         self._kinds = tuple(kinds)
 
@@ -157,6 +213,7 @@ cdef class MapBatchScanner:
                         row.append(v.value)
                 types.append(batch.types[e])
                 values.append(tuple(row))
-        except UnicodeDecodeError:  # invalid UTF-8: the exact path names it
+        except UnicodeDecodeError:  # the scanner checked UTF-8: only if Python's rule differs
+            # then the exact path names the string.
             return None
         return (batch.ts, batch.rank if batch.has_rank else None, types, values)

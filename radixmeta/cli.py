@@ -31,7 +31,7 @@ from rich.live import Live
 from rich.table import Table
 
 from radixmeta.errors import RadixMetaError
-from radixmeta.subscription import FleetSubscription, WorkerEndpoint
+from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["main"]
 

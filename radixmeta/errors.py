@@ -9,6 +9,8 @@ A call that raises one of these leaves the tree exactly as it was before the cal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "RadixMetaError",
     "InvalidInputError",
@@ -39,6 +41,7 @@ __all__ = [
     "DuplicateRequestError",
     "UnknownRequestError",
     "RouterClosedError",
+    "HookError",
 ]
 
 
@@ -228,3 +231,29 @@ class UnknownRequestError(RouterError, LookupError):
 class RouterClosedError(RouterError, RuntimeError):
     """A :class:`~radixmeta.Router` was asked to dispatch or subscribe after ``close()``."""
 
+
+class HookError(RouterError, RuntimeError):
+    """A policy's ``on_finish`` raised while the router released requests it had to release.
+
+    Raised by ``Router.expire`` and ``Router.remove_worker``, which release every request
+    they should whatever a hook does (a hook that keeps raising must not keep requests in
+    flight forever): the releases are done, then this is raised, chained from the first
+    hook error (``__cause__``).
+
+    Attributes
+    ----------
+    released : list of str
+        The ids of the requests the call released, as the call would have returned them.
+    errors : list of BaseException
+        What each hook that raised raised, in the order of the requests.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        released: Sequence[str] = (),
+        errors: Sequence[BaseException] = (),
+    ) -> None:
+        super().__init__(message)  # args is (message,): it pickles (without the lists)
+        self.released = list(released)
+        self.errors = list(errors)

@@ -773,8 +773,12 @@ class BruteForceCache:
 
     def _path(self, namespace: Hashable, prefix: Tokens) -> list[_Meta]:
         """Metadata of the nodes from the root down to the one ending at ``prefix``."""
+        return [meta for _, meta in self._path_ends(namespace, prefix)]
+
+    def _path_ends(self, namespace: Hashable, prefix: Tokens) -> list[tuple[Tokens, _Meta]]:
+        """(end, metadata) of the nodes from the root down to the one ending at ``prefix``."""
         ends = self._ends[namespace]
-        return [meta for e, meta in ends.items() if prefix[: len(e)] == e]
+        return [(e, meta) for e, meta in ends.items() if prefix[: len(e)] == e]
 
     def _has_children(self, namespace: Hashable, end: Tokens) -> bool:
         return any(len(q) > len(end) and q[: len(end)] == end for q in self._cached[namespace])
@@ -880,8 +884,7 @@ class BruteForceCache:
         pos = self._matched(namespace, toks)
         self._cut(namespace, toks[:pos], walked=True)
         for meta in self._path(namespace, toks[:pos]):
-            meta.last_access = self._clock
-            meta.hit_count = min(meta.hit_count + 1, 2**32 - 1)  # native saturates
+            meta.last_access = self._clock  # a match counts no hit (inserts do)
         self._counters[1] += pos
         slots = self._cached[namespace][toks[:pos]] if pos else ()
         node = self._handle(namespace if pos else None, toks[:pos])  # length 0: the default root
@@ -889,12 +892,23 @@ class BruteForceCache:
         return BruteForceMatchResult(pos, gathered, node)
 
     def insert(
-        self, key: Any, values: Any = None, *, namespace: Hashable = None, priority: int = 0
+        self,
+        key: Any,
+        values: Any = None,
+        *,
+        namespace: Hashable = None,
+        priority: int = 0,
+        counted: int = 0,
     ) -> int:
-        """Cache ``key``; return how many of its tokens were already cached."""
+        """Cache ``key``; return how many of its tokens were already cached.
+
+        Under LFU every node end on the path past ``counted`` tokens gains a
+        hit, and a new leaf starts at one (zero if it ends within ``counted``).
+        """
         raw = _keys.tokens(key)
         vals = raw if values is None else _keys.values(values, len(raw))
         priority = _keys.check_priority(priority)
+        counted = _keys.check_int("counted", counted, 0)
         hash(namespace)  # an unhashable namespace raises before any change
         n = len(raw) - len(raw) % self._page_size
         toks, vals = raw[:n], vals[:n]
@@ -907,14 +921,18 @@ class BruteForceCache:
         ends = self._ends.setdefault(namespace, {})
         pos = self._matched(namespace, toks)
         self._cut(namespace, toks[:pos], walked=True)
-        for meta in self._path(namespace, toks[:pos]):
+        for end, meta in self._path_ends(namespace, toks[:pos]):
             meta.last_access = self._clock
             meta.priority = max(meta.priority, priority)
+            if len(end) > counted:
+                meta.hit_count = min(meta.hit_count + 1, 2**32 - 1)  # native saturates
         if pos < n:
             kept = cached[toks[:pos]] if pos else ()  # cached values are never replaced
             for k in range(pos + self._page_size, n + 1, self._page_size):
                 cached[toks[:k]] = kept + vals[pos:k]
-            ends[toks] = _Meta(next(self._serials), self._clock, self._clock, priority)
+            ends[toks] = _Meta(
+                next(self._serials), self._clock, self._clock, priority, int(n > counted)
+            )
             self._counters[2] += n - pos
         self._hand_over(freed)
         return pos

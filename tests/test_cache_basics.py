@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from radixmeta import CacheStats, RadixCache
-from radixmeta.errors import CacheFullError, InputTypeError, StaleNodeError
+from radixmeta.errors import CacheFullError, InputTypeError, InvalidInputError, StaleNodeError
 
 
 @pytest.fixture
@@ -283,9 +283,9 @@ def test_eviction_policy_order(impl: type, eviction: str, order: list[int]) -> N
     cache.insert([1], priority=0)  # created first
     cache.insert([2], priority=5)
     cache.insert([3], priority=1)
-    cache.match_prefix([1])
-    cache.match_prefix([1])  # [1]: two hits, then [3]: one hit, the most recent access
-    cache.match_prefix([3])
+    cache.insert([1])
+    cache.insert([1])  # [1]: three stores, then [3]: two, the most recent access
+    cache.insert([3])
     assert [cache.evict(1).values.tolist() for _ in range(3)] == [[t] for t in order]
 
 
@@ -295,13 +295,67 @@ def test_ties_fall_back_to_last_access_then_serial(impl: type) -> None:
     cache.insert([2])
     cache.insert([3])
     cache.match_prefix([2])
-    cache.match_prefix([1])  # [1] and [2] have one hit each: [2] was used less recently
+    cache.match_prefix([1])  # one hit each (their stores): [3] was used least recently
     assert cache.evict(3).values.tolist() == [3, 2, 1]
     pri = impl(eviction="priority")
     for key in ([1], [2], [3]):
         pri.insert(key, priority=4)
     pri.match_prefix([1])  # same priority: least recently used first
     assert pri.evict(3).values.tolist() == [2, 3, 1]
+
+
+def test_issue_21_lfu_counts_stores_not_matches(impl: type) -> None:
+    """LFU counts the inserts through a node, as SGLang does; matches count nothing."""
+    cache = impl(eviction="lfu")
+    cache.insert([1, 2], [10, 11])  # stored once
+    for _ in range(3):
+        cache.insert([5, 6], [20, 21])  # stored three times
+    for _ in range(5):
+        cache.match_prefix([1, 2])  # looked up five times: still one hit
+    assert cache.evict(1).values.tolist() == [10, 11]
+
+
+def test_lfu_counted_skips_what_the_caller_already_stored(impl: type) -> None:
+    """``counted``: a request's second insert counts only the nodes past its first."""
+    cache = impl(eviction="lfu")
+    cache.insert([7, 7], [0, 1])  # a request's first chunk: [7 7] has one hit
+    cache.insert([7, 7, 8, 8], [0, 1, 2, 3], counted=2)  # its second: [7 7] not again
+    cache.insert([9, 9], [4, 5])  # one hit, the most recent
+    # One hit each: [8 8], then [7 7] (it becomes a leaf), by last access, then [9 9].
+    assert [cache.evict(1).values.tolist() for _ in range(3)] == [[2, 3], [0, 1], [4, 5]]
+    again = impl(eviction="lfu")
+    again.insert([7, 7], [0, 1])
+    again.insert([7, 7, 8, 8], [0, 1, 2, 3])  # counted=0: another request, [7 7] counts twice
+    again.insert([9, 9], [4, 5])
+    assert [again.evict(1).values.tolist() for _ in range(3)] == [[2, 3], [4, 5], [0, 1]]
+
+
+def test_lfu_a_split_copies_the_count_into_the_upper_half(impl: type) -> None:
+    cache = impl(eviction="lfu")
+    cache.insert([1, 2, 3, 4], [0, 1, 2, 3])
+    cache.insert([1, 2, 3, 4], [0, 1, 2, 3])  # two hits
+    cache.insert([5], [9])
+    cache.insert([5], [9])
+    cache.insert([5], [9])  # three hits
+    cache.match_prefix([1, 2])  # splits: both halves keep two hits
+    assert cache.evict(1).values.tolist() == [2, 3]  # the lower half, two hits, older
+    assert cache.evict(1).values.tolist() == [0, 1]  # the upper half: two hits, before [5]
+
+
+@pytest.mark.parametrize(
+    ("counted", "error", "message"),
+    [
+        (-1, InvalidInputError, "counted must be >= 0, got -1"),
+        ("2", InputTypeError, "counted must be an integer"),
+    ],
+)
+def test_a_bad_counted_raises_before_any_change(
+    impl: type, counted: Any, error: type, message: str
+) -> None:
+    cache = impl(eviction="lfu")
+    with pytest.raises(error, match=message):
+        cache.insert([1, 2], counted=counted)
+    assert cache.total_size == 0 and cache.node_count == 0
 
 
 def test_priority_is_max_propagated_along_the_path(impl: type) -> None:

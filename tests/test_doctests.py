@@ -5,7 +5,9 @@ import doctest
 import pytest
 
 import radixmeta.cache
-import radixmeta.log
+import radixmeta.events.log
+import radixmeta.events.publishing
+import radixmeta.events.replay
 import radixmeta.meta
 import radixmeta.policies
 import radixmeta.policies.affinity
@@ -14,17 +16,15 @@ import radixmeta.policies.costs
 import radixmeta.policies.default
 import radixmeta.policies.dynamo
 import radixmeta.policies.preble
-import radixmeta.publishing
-import radixmeta.replay
 import radixmeta.wire._sglang_hash
 import radixmeta.wire.sglang
 import radixmeta.wire.vllm
 
 MODULES = [
     radixmeta.cache,
-    radixmeta.log,
+    radixmeta.events.log,
     radixmeta.meta,
-    radixmeta.publishing,
+    radixmeta.events.publishing,
     radixmeta.policies,
     radixmeta.policies.affinity,
     radixmeta.policies.basic,
@@ -32,7 +32,7 @@ MODULES = [
     radixmeta.policies.default,
     radixmeta.policies.dynamo,
     radixmeta.policies.preble,
-    radixmeta.replay,
+    radixmeta.events.replay,
     radixmeta.wire.vllm,
     radixmeta.wire.sglang,
     radixmeta.wire._sglang_hash,  # sglang.block_hashes is defined there

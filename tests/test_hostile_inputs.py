@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REFERENCE, require_native
 from test_errors import check_unchanged, exactly
 from test_errors import state as cache_state
 from test_meta_errors import populated
@@ -584,6 +585,26 @@ def check_sequence(subject: Subject, cls: type, path: Path, case: Case) -> None:
         return path.call(tree, ctx, case.make() if hostile else case.plain, n)
 
     check_conversion(subject, cls, run, error, path.batch)
+
+
+@pytest.mark.parametrize("case", list(SEQUENCES.values()), ids=list(SEQUENCES))
+@pytest.mark.parametrize("core", ["reference", "native"])
+def test_token_array_sequence_argument(core: str, case: Case) -> None:
+    """token_array (how the Router converts a prompt, once, for all its tree calls): every
+    hostile sequence, both cores, the trees' rules and messages under the name given."""
+    module = REFERENCE if core == "reference" else require_native()
+    got = outcome(attempt(lambda: module.token_array(case.make(), "tokens")))
+    if case.error is None:
+        assert case.plain is not None
+        want = outcome(("ok", np.array(case.plain, dtype=np.uint32)))
+    else:
+        exc_type, template = case.error
+        message = template.replace("{name}", "tokens").replace("{range}", RANGES["key"])
+        want = ("raised", exc_type, message)
+    assert got == want
+    if got[0] == "ok":
+        result = module.token_array(case.make(), "tokens")
+        assert type(result) is np.ndarray and result.flags.c_contiguous and result.ndim == 1
 
 
 @pytest.mark.parametrize("case", list(SEQUENCES.values()), ids=list(SEQUENCES))

@@ -1,11 +1,13 @@
 """The Router: dispatch, loads, the optimistic overlay, modes, errors, metrics, threads.
 
-Policies are the small ones of ``tests/_policies.py``; the built-in ones are another
-branch's, and the few tests that need them skip until they are there.
+Policies are the small ones of ``tests/_policies.py``, so every test states exactly what
+it routes by; a few run the built-in ones by name.
 """
 
 from __future__ import annotations
 
+import array
+import re
 import threading
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from _policies import BatchFirst, First, LeastLoaded, Longest, Named, Recorder, Returns
 from prometheus_client.parser import text_string_to_metric_families
 
-from radixmeta import EventLog, RadixCache, Router, WorkerId
+from radixmeta import EventLog, RadixCache, Router, WorkerId, policies
 from radixmeta.errors import (
     DuplicateRequestError,
     DuplicateWorkerError,
@@ -324,21 +326,14 @@ def test_constructor_arguments_are_checked() -> None:
 
 
 def test_policy_names_resolve_through_policies_create() -> None:
-    from radixmeta import policies
-
-    if hasattr(policies, "create"):
-        router = Router(4, policy="least_loaded")
-        router.add_worker("a")
-        assert router.dispatch([1, 2, 3, 4]).worker == router.workers[0]
-    else:
-        with pytest.raises(ImportError, match=r"radixmeta\.policies\.create"):
-            Router(policy="default")
+    router = Router(4, policy="least_loaded")
+    router.add_worker("a")
+    assert router.dispatch([1, 2, 3, 4]).worker == router.workers[0]
+    assert type(router.policy) is type(policies.create("least_loaded"))
+    with pytest.raises(PolicyError, match="nope"):
+        Router(policy="nope")
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("radixmeta.policies", fromlist=["x"]), "create"),
-    reason="the built-in policies (radixmeta.policies.create) are on another branch",
-)
 @pytest.mark.parametrize("name", ["default", "least_loaded", "cache_aware"])
 def test_builtin_policies_route(name: str) -> None:
     router = Router(4, policy=name)
@@ -352,6 +347,76 @@ def test_builtin_policies_route(name: str) -> None:
 
 
 # -- approximate mode -----------------------------------------------------------------------
+TOKEN_FORMS: dict[str, Any] = {
+    "list": list,
+    "tuple": tuple,
+    "uint32": lambda key: np.array(key, dtype=np.uint32),
+    "int32": lambda key: np.array(key, dtype=np.int32),
+    "int64": lambda key: np.array(key, dtype=np.int64),
+    "uint64": lambda key: np.array(key, dtype=np.uint64),
+    "uint16": lambda key: np.array(key, dtype=np.uint16),
+    "reversed-int64": lambda key: np.array(key[::-1], dtype=np.int64)[::-1],
+    "array-I": lambda key: array.array("I", key),
+    "range": lambda key: range(key[0], key[0] + len(key)),
+}
+
+
+@pytest.mark.parametrize("form", list(TOKEN_FORMS))
+def test_every_token_form_is_converted_once_to_uint32(form: str) -> None:
+    """A prompt in any form the trees take: one uint32 array for the policy and every tree
+    call, the same decision as the uint32 array's."""
+    key = list(range(40, 52))  # three pages, a range too
+    router = Router(4, policy=(recorder := Recorder(Longest())))
+    a = router.add_worker("a")
+    router.add_worker("b")
+    first = router.dispatch(np.array(key[:8], dtype=np.uint32))
+    d = router.dispatch(TOKEN_FORMS[form](key))
+    assert (d.worker, d.matched) == (a, 8) and router.load(a).prefill_tokens == 8 + 4
+    tokens = recorder.seen[-1][0].tokens
+    assert type(tokens) is np.ndarray and tokens.dtype == np.uint32
+    assert tokens.tolist() == key
+    for rid in (first.request_id, d.request_id):
+        router.finish(rid)
+    assert router.tree.hold_count == 0 and router.tree.node_count == 0
+    # Batches convert their prompts the same way.
+    [b] = router.dispatch_batch([TOKEN_FORMS[form](key)])
+    assert recorder.seen[-1][0].tokens.tolist() == key
+    router.finish(b.request_id)
+
+
+def test_a_uint32_prompt_is_taken_without_a_copy() -> None:
+    router = Router(4, policy=(recorder := Recorder(First())))
+    router.add_worker("a")
+    key = np.arange(8, dtype=np.uint32)
+    router.dispatch(key)
+    assert recorder.seen[-1][0].tokens is key
+    int32 = np.arange(8, dtype=np.int32)
+    router.dispatch(int32)  # converted: the request never aliases the caller's other array
+    assert not np.shares_memory(recorder.seen[-1][0].tokens, int32)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "message"),
+    [
+        ([1, -2], InvalidInputError, "tokens[1] = -2 is outside the token range [0, 2**32)"),
+        (np.array([3, -1], np.int32), InvalidInputError, "tokens[1] = -1 is outside the token"),
+        (np.array([2**32], np.int64), InvalidInputError, "tokens[0] = 4294967296 is outside"),
+        ([1, 2.5], InputTypeError, "tokens[1] must be an integer, got float"),
+        ("text", InputTypeError, "tokens must be a sequence of integers, got str"),
+        (np.zeros(2), InputTypeError, "tokens must hold integers, got dtype float64"),
+        (np.zeros((2, 2), np.int64), InvalidInputError, "tokens must be 1-D"),
+    ],
+)
+def test_bad_tokens_name_their_position(tokens: Any, error: type, message: str) -> None:
+    router = Router(4, policy=First())
+    router.add_worker("a")
+    with pytest.raises(error, match=re.escape(message)):
+        router.dispatch(tokens)
+    with pytest.raises(error, match=re.escape(message)):
+        router.dispatch_batch([[1, 2], tokens])
+    assert router.in_flight == 0 and router.load(router.workers[0]).requests == 0
+
+
 def test_approximate_mode_models_each_cache_within_its_capacity() -> None:
     router = Router(4, policy=Longest(), mode="approximate")
     with pytest.raises(InvalidInputError, match="capacity"):

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from radixmeta import Router
 from radixmeta._batch import prefix_groups
+from radixmeta.errors import PolicyError
+from radixmeta.router.registry import Spill
 
 CORES = [REFERENCE] + ([NATIVE] if NATIVE is not None else [])
 
@@ -196,6 +198,60 @@ def test_a_group_spills_when_it_would_overload_its_worker() -> None:
     for i in range(3):
         roomy.add_worker(f"w{i}")
     assert len({d.worker for d in roomy.dispatch_batch([prompt(0, k) for k in range(10)])}) == 1
+
+
+class Busiest:
+    """The most loaded worker of its view (a policy that would overload a spill's target)."""
+
+    def choose(self, request: Any, view: Any) -> Any:
+        return view.workers[view.requests.index(max(view.requests))]
+
+
+class Outside:
+    """Chooses, for a spill, a worker its view does not show (a buggy policy)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def choose(self, request: Any, view: Any) -> Any:
+        shown = set(view.workers)
+        outside = [w for w in self.router.up if w not in shown]
+        return outside[0] if outside else view.workers[0]
+
+
+def test_a_spill_shows_only_the_workers_load_allows() -> None:
+    """A spill's view is the up workers whose load is within the slack of the least
+    loaded (on a fleet with a worker down: not every index is in a view), and a choice
+    outside it is refused."""
+    router = Router(4, policy=(seen := Recorder(_To(None))), group_slack=1)
+    workers = [router.add_worker(f"w{i}") for i in range(5)]
+    router.mark_down(workers[1])
+    seen.inner = _To(workers[2])
+    for k in range(3):  # w2 carries 3 requests: out of every spill's view
+        router.dispatch(prompt(9, k))
+    seen.inner = Busiest()
+    decisions = router.dispatch_batch([prompt(0, k) for k in range(6)])
+    views = [view for _, view in seen.seen[3:]]
+    assert len(views) > 1  # the group spilled
+    for view in views[1:]:
+        assert workers[1] not in view.workers and workers[2] not in view.workers
+        assert max(view.requests) - min(view.requests) <= 1
+    assert all(d.worker in router.up for d in decisions)
+    for d in decisions:
+        router.finish(d.request_id)
+    router.policy = Outside(router)
+    before = [router.load(w) for w in router.workers]
+    with pytest.raises(PolicyError, match="not one of its view's workers"):
+        router.dispatch_batch([prompt(0, k) for k in range(6)])
+    assert [router.load(w) for w in router.workers] == before
+
+
+class _To:
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def choose(self, request: Any, view: Any) -> Any:
+        return self.worker
 
 
 def test_a_batch_matches_the_tree_once_and_marks_every_request() -> None:
@@ -447,3 +503,14 @@ def test_a_policy_that_reorders_the_groups_changes_no_count() -> None:
         keys = [[5, 5, 5, 5], [1, 1, 7, 7], [1, 1, 2, 2], [1, 1, 2, 2, 3, 3]]
         decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
         assert [d.matched for d in decisions] == [0, 0, 0, 2]
+
+
+@given(data=st.data(), n=st.integers(0, 300))
+def test_a_spill_keeps_exactly_the_positions_it_does_not_exclude(data: Any, n: int) -> None:
+    """Both ways of keeping (deleting a few, filtering many) give the plain filter."""
+    excluded = sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n)) if n else [])
+    spill = Spill(excluded)
+    values = list(range(1000, 1000 + n))
+    assert spill.keep(values) == [v for i, v in enumerate(values) if i not in excluded]
+    assert spill.keep(tuple(values)) == spill.keep(values)  # and again, from its mask
+    assert [p for p in range(n) if p in spill] == [p for p in range(n) if p not in excluded]

@@ -8,15 +8,20 @@ sockets) and the child processes.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from _policies import Longest
+from _ports import free_port_block
 from _router_children import engine
 from _transport_children import expect, spawned
 
 from radixmeta import Router
+from radixmeta.errors import InvalidInputError, StaleWorkerError
+from radixmeta.events import Stored
 from radixmeta.subscription import WorkerEndpoint
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,7 +85,42 @@ def test_a_subscribed_router_follows_the_engines_caches() -> None:
         started = time.monotonic()
         router.close()
         assert time.monotonic() - started < 5
-        assert subscription.subscriber.closed and router._background is None
+        assert subscription.subscriber.closed and router.closed
+        assert not [t for t in threading.enumerate() if t.name == "radixmeta-router"]
         for conn in children.values():
             conn.send(("exit",))
     router.tree.check()
+
+
+def test_unsubscribe_and_closing_a_subscription_detach_it() -> None:
+    """unsubscribe(worker) closes the subscription that feeds it and the router asks it
+    nothing more; a subscription closed by its owner detaches itself the same way."""
+    base = free_port_block(4)
+    with Router(PAGE, policy=Longest()) as router:
+        one = router.subscribe(
+            [WorkerEndpoint("w0", f"tcp://127.0.0.1:{base}", f"tcp://127.0.0.1:{base + 1}")],
+            codec="native",
+        )
+        other = router.subscribe(
+            [WorkerEndpoint("w1", f"tcp://127.0.0.1:{base + 2}", f"tcp://127.0.0.1:{base + 3}")],
+            codec="native",
+        )
+        w0, w1 = router.worker("w0"), router.worker("w1")
+        assert router.unsubscribe(w0) is one
+        assert one.subscriber.closed and not other.subscriber.closed
+        assert router.unsubscribe(w0) is None  # nothing feeds it any more
+        router.idle()  # polls only what is still subscribed (a closed one would raise)
+        # A gap of w0 is no longer asked of its closed subscription (which would raise
+        # TransportClosedError): no source can serve it, so w0 is resynced, as stale.
+        router.submit([Stored("w0", 0, 0, key=np.arange(4, dtype=np.uint32)),
+                       Stored("w0", 0, 5, key=np.arange(8, dtype=np.uint32), start=4)])
+        stats = router.replay()
+        assert (stats.gaps, stats.stale) == (1, 1)
+        other.close()  # closed by its owner: detached from the router too
+        router.idle()
+        assert router.unsubscribe(w1) is None
+        assert w0 in router.workers and w1 in router.workers  # still registered
+        with pytest.raises(StaleWorkerError):
+            Router(PAGE, policy=Longest()).unsubscribe(w0)
+    with pytest.raises(InvalidInputError, match="unsubscribe"):
+        Router(PAGE, policy=Longest(), mode="approximate").unsubscribe(w0)

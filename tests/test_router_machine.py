@@ -7,10 +7,19 @@ decode, replay, add, remove and take workers down and up. After every step: ever
 decision named an up worker, the loads equal the model's, the router's holds are exactly
 its requests in flight, the reported view equals what the engines reported, and the tree
 checks. At the end every request finishes and every load and hold is back to zero.
+
+Every Router call is a transaction: the policy is wrapped in a saboteur and the clock can
+be told to fail, so that, at random points, ``choose`` (or ``choose_batch``) raises or
+returns a Choice whose reason is not a str, ``on_dispatch`` or ``on_finish`` raises for
+the k-th request, or the clock raises or reads NaN. A call that fails must leave the
+router's whole observable state (loads, requests in flight, metrics, the Prometheus text,
+the tree's items and holds) exactly as before it; ``expire`` releases everything it should
+even when hooks fail, and then raises HookError naming what it released.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +36,8 @@ from hypothesis.stateful import (
 )
 
 from radixmeta import EventLog, RadixCache, Router, WorkerId
-from radixmeta.errors import NoWorkerError
+from radixmeta.errors import HookError, InvalidInputError, NoWorkerError, PolicyError
+from radixmeta.policies.base import Choice, Request, View
 
 PAGE = 2
 
@@ -50,32 +60,129 @@ class Engine:
     sent: int = -1
 
 
+class Sabotage(Exception):
+    """What a sabotaged policy hook or clock raises."""
+
+
 class Clock:
+    """A clock that moves when told, and fails when told (``fault``: raise, or read NaN)."""
+
     def __init__(self) -> None:
         self.now = 0.0
+        self.fault: str | None = None
+        self.struck = False
 
     def __call__(self) -> float:
+        self.struck = self.struck or self.fault is not None
+        if self.fault == "raise":
+            msg = "clock"
+            raise Sabotage(msg)
+        if self.fault == "nan":
+            return float("nan")
         return self.now
+
+
+class Saboteur:
+    """Wraps a policy; fails where it is armed (``arm``), else passes everything through.
+
+    ``fault`` is one of ``choose`` (raise), ``reason`` (a Choice whose reason is an int),
+    ``on_dispatch`` or ``on_finish`` (raise on the ``at``-th call from now, counting
+    from 0). ``told`` counts the hooks' calls by request id (dispatch +1, finish -1), so
+    that a batch whose hook failed can be checked to have been taken back.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.fault: str | None = None
+        self.at = 0
+        self.struck = False
+        self.told: dict[str, int] = {}
+
+    def arm(self, fault: str | None, at: int = 0) -> None:
+        self.fault, self.at, self.struck = fault, at, False
+
+    def _strike(self, fault: str) -> bool:
+        if self.fault != fault:
+            return False
+        if self.at > 0:
+            self.at -= 1
+            return False
+        self.fault, self.struck = None, True
+        return True
+
+    def choose(self, request: Request, view: View) -> Any:
+        if self._strike("choose"):
+            msg = "choose"
+            raise Sabotage(msg)
+        choice = self.inner.choose(request, view)
+        if self._strike("reason"):
+            worker = choice.worker if isinstance(choice, Choice) else choice
+            return Choice(worker, 7, ())  # type: ignore[arg-type]  # not a str: refused
+        return choice
+
+    def on_dispatch(self, request: Request, worker: WorkerId, matched: int) -> None:
+        if self._strike("on_dispatch"):
+            msg = "on_dispatch"
+            raise Sabotage(msg)
+        self.told[request.request_id] = self.told.get(request.request_id, 0) + 1
+
+    def on_finish(self, request: Request, worker: WorkerId) -> None:
+        if self._strike("on_finish"):
+            msg = "on_finish"
+            raise Sabotage(msg)
+        self.told[request.request_id] = self.told.get(request.request_id, 0) - 1
+
+
+class BatchSaboteur(Saboteur):
+    """A Saboteur whose policy decides batches whole (the router's choose_batch path)."""
+
+    def choose_batch(
+        self, requests: Sequence[Request], views: Sequence[View], groups: Any
+    ) -> list[Any]:
+        return [self.choose(r, v) for r, v in zip(requests, views, strict=True)]
+
+
+def observed(router: Router) -> tuple[Any, ...]:
+    """Everything a failed call must leave as it was (ages of pending records aside)."""
+    metrics = router.metrics()
+    for lag in metrics["replay"]["lag"]:
+        del lag["seconds"]  # the age of pending records moves with time
+    text = [
+        line for line in router.metrics_text().splitlines() if "replay_lag_seconds" not in line
+    ]
+    tree = router.tree
+    tree.check()
+    items = [(k.tolist(), held, ns, host) for k, held, ns, _, host in tree.items()]
+    holds = [tree.hold_tokens(w) for w in router.workers] if router.mode == "exact" else []
+    loads = [router.load(w) for w in router.workers]
+    return metrics, text, items, holds, tree.hold_count, tree.node_count, loads, router.in_flight
 
 
 class RouterMachine(RuleBasedStateMachine):
     @initialize(
         approximate=st.booleans(),
         longest=st.booleans(),
+        batched=st.booleans(),
         stems=st.lists(
             st.lists(st.integers(0, 3), min_size=2, max_size=10), min_size=2, max_size=5
         ),
     )
-    def create(self, approximate: bool, longest: bool, stems: list[list[int]]) -> None:
+    def create(
+        self, approximate: bool, longest: bool, batched: bool, stems: list[list[int]]
+    ) -> None:
         self.clock = Clock()
         self.mode = "approximate" if approximate else "exact"
-        policy = Longest() if longest else LeastLoaded()
-        self.router = Router(PAGE, policy=policy, mode=self.mode, clock=self.clock, group_slack=2)
+        inner = Longest() if longest else LeastLoaded()
+        self.policy = BatchSaboteur(inner) if batched else Saboteur(inner)
+        self.router = Router(
+            PAGE, policy=self.policy, mode=self.mode, clock=self.clock, group_slack=2
+        )
         self.stems = stems
         self.engines: dict[WorkerId, Engine] = {}
         self.flights: dict[str, Flight] = {}
         self.outputs: list[int] = []
         self.names = 0
+        self.batches = 0
         for _ in range(2):
             self.add()
 
@@ -168,10 +275,18 @@ class RouterMachine(RuleBasedStateMachine):
         if output:
             self.outputs.append(output)
 
-    @rule(seconds=st.floats(0, 3))
-    def tick_and_expire(self, seconds: float) -> None:
+    @rule(seconds=st.floats(0, 3), failing=st.none() | st.integers(0, 3))
+    def tick_and_expire(self, seconds: float, failing: int | None) -> None:
+        """Expire; with ``failing``, that on_finish raises: everything goes all the same."""
         self.clock.now += 1.0
-        expired = self.router.expire(older_than=seconds)
+        self.policy.arm(None if failing is None else "on_finish", failing or 0)
+        try:
+            expired = self.router.expire(older_than=seconds)
+        except HookError as error:
+            assert failing is not None and len(error.errors) == 1
+            assert isinstance(error.__cause__, Sabotage)
+            expired = error.released
+        self.policy.arm(None)
         assert len(set(expired)) == len(expired)
         for rid in expired:
             del self.flights[rid]
@@ -188,6 +303,94 @@ class RouterMachine(RuleBasedStateMachine):
                 self.router.submit(engine.log.read(after=engine.sent))
                 engine.sent = engine.log.next_seq - 1
         self.router.replay()
+
+    # -- calls that fail: each must change nothing -------------------------------------------
+    def sabotaged(self, call: Any, errors: tuple[type[BaseException], ...]) -> Any:
+        """Run ``call`` with the sabotage armed. If it struck, the call must raise one of
+        ``errors`` and change nothing (returns None); if it never struck (a batch with
+        fewer calls than the one armed), the call's result."""
+        before = observed(self.router)
+        self.clock.struck = False
+        try:
+            result = call()
+        except errors:
+            assert self.policy.struck or self.clock.struck
+            assert observed(self.router) == before
+            return None
+        finally:
+            self.policy.arm(None)
+            self.clock.fault = None
+        assert not (self.policy.struck or self.clock.struck), "a sabotaged call did not raise"
+        return result
+
+    @precondition(lambda self: bool(self.router.up))
+    @rule(
+        stem=st.integers(0, 10),
+        tail=st.lists(st.integers(0, 3), max_size=5),
+        fault=st.sampled_from(["choose", "reason", "on_dispatch", "clock-raise", "clock-nan"]),
+    )
+    def failing_dispatch(self, stem: int, tail: list[int], fault: str) -> None:
+        if fault.startswith("clock-"):
+            self.clock.fault = fault.removeprefix("clock-")
+        else:
+            self.policy.arm(fault)
+        result = self.sabotaged(
+            lambda: self.router.dispatch(self.key(stem, tail), request_id="doomed"),
+            (Sabotage, PolicyError, InvalidInputError),
+        )
+        assert result is None  # the policy and the clock are always asked
+        assert self.policy.told.get("doomed", 0) == 0
+
+    @precondition(lambda self: bool(self.router.up))
+    @rule(
+        batch=st.lists(
+            st.tuples(st.integers(0, 10), st.lists(st.integers(0, 3), max_size=4)),
+            min_size=1,
+            max_size=6,
+        ),
+        fault=st.sampled_from(["choose", "reason", "on_dispatch", "clock-raise", "clock-nan"]),
+        at=st.integers(0, 5),
+    )
+    def failing_batch(self, batch: list[tuple[int, list[int]]], fault: str, at: int) -> None:
+        """A batch whose k-th choice or hook fails (or the clock): nothing dispatched, and
+        the requests whose on_dispatch was told are told on_finish."""
+        if fault.startswith("clock-"):
+            self.clock.fault = fault.removeprefix("clock-")
+        else:
+            self.policy.arm(fault, at % len(batch))
+        self.batches += 1
+        ids = [f"doomed-{self.batches}-{k}" for k in range(len(batch))]
+        items = [
+            {"tokens": self.key(stem, tail), "request_id": rid}
+            for (stem, tail), rid in zip(batch, ids, strict=True)
+        ]
+        told_before = dict(self.policy.told)
+        decisions = self.sabotaged(
+            lambda: self.router.dispatch_batch(items), (Sabotage, PolicyError, InvalidInputError)
+        )
+        if decisions is not None:  # the k-th call armed never came: a batch like any other
+            keys = [self.key(stem, tail) for stem, tail in batch]
+            for d, key in zip(decisions, keys, strict=True):
+                self.record(d, key, None)
+            return
+        for rid in ids:  # dispatched then taken back, or never told
+            assert self.policy.told.get(rid, 0) == told_before.get(rid, 0)
+
+    @rule(n=st.integers(0, 100))
+    def failing_finish(self, n: int) -> None:
+        """on_finish raises: the request stays in flight, as it was."""
+        rid = self.pick(n)
+        if rid is None:
+            return
+        self.policy.arm("on_finish")
+        assert self.sabotaged(lambda: self.router.finish(rid), (Sabotage,)) is None
+
+    @rule(seconds=st.floats(0, 3))
+    def failing_clock_in_expire(self, seconds: float) -> None:
+        self.clock.now += 1.0
+        self.clock.fault = "nan"
+        expire = lambda: self.router.expire(older_than=seconds)  # noqa: E731
+        assert self.sabotaged(expire, (InvalidInputError,)) is None
 
     # -- invariants ------------------------------------------------------------------------
     @invariant()

@@ -343,3 +343,105 @@ def test_an_overflowed_log_restarts_the_consumers(monkeypatch: pytest.MonkeyPatc
     stored = [h for event in ours[1:] for h in event[1]]
     assert all(event[0] == "BlockStored" for event in ours[1:])
     assert sorted(stored) == sorted(held)
+
+
+# -- token ids outside radixmeta's range (issue 21) ----------------------------------------
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_issue_21_ids_outside_uint32_are_a_miss_not_an_exception(
+    page_size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request holding ids SGLang accepts (2**32, -1) runs through the scheduler's calls.
+
+    SGLang 0.5.23's tokenizer manager checks the length of ``input_ids``, not
+    their range, so a client can send such ids. Every call the scheduler makes
+    (waiting-queue matches and touches, admission, a chunk's checkpoint,
+    decode, release, an ``insert``) is served: the key up to the last whole page
+    before the first such id, the rest a miss; counted, logged once.
+    """
+    import _sglang_scheduler as T
+
+    H.set_server_args(page_size)
+    (s,) = [T.Scheduler("radixmeta", page_size=page_size, eviction="lru", size=512, chunk=32)]
+    good = list(range(1, 41))
+    prompt = [*good, 2**32, *range(50, 70), -1, *range(80, 90)]
+    caplog.set_level("WARNING", logger="radixmeta.integrations.sglang.backend")
+    s.arrive("a", prompt, [7, 8, 9], 0)
+    s.calc_priority("lpm")  # the waiting-queue match
+    for _ in range(33):
+        s.calc_priority("fcfs")  # LRU: SGLang touches the waiting prefixes every 32nd pass
+    while s.admit()[0] is not None and s.chunked is not None:
+        pass  # chunked prefill, a checkpoint after each chunk
+    assert "a" in s.running
+    for _ in range(3):
+        s.decode()
+    s.finish("a")
+    served = 40 // page_size * page_size
+    s.arrive("b", prompt, [1], 0)
+    (rid, start, matched, _), _ = s.admit()
+    assert (rid, start) == ("b", served), "served up to the first id outside [0, 2**32)"
+    assert matched == [("a", 0, p) for p in range(served)]
+    while s.chunked is not None:
+        s.admit()
+    s.finish("b")
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    slots = s.alloc.alloc(48)  # SGLang's insert(): the caller's slots, the key's ids
+    result = s.cache.insert(
+        InsertParams(
+            key=S["RadixKey"](H.array("q", [*range(100, 132), -5, *range(15)])), value=slots
+        )
+    )
+    assert (result.prefix_len, result.last_device_node.length) == (0, 32)
+    s.alloc.free(slots[32:])  # what the tree did not take is the caller's to free
+    assert s.cache.stats.out_of_range_keys >= 6
+    warnings_logged = [r for r in caplog.records if "outside [0, 2**32)" in r.getMessage()]
+    assert len(warnings_logged) == 1, "logged once"
+    s.evict(10**9)
+    assert s.leaked()["slots"] == 0
+    s.cache.sanity_check()
+
+
+def test_every_eviction_policy_sglang_takes_is_served_or_refused_by_name() -> None:
+    """SGLang's --radix-eviction-policy choices and its strategy table, one by one."""
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES
+    from sglang.srt.mem_cache.utils import _EVICTION_POLICY_FACTORIES
+
+    names = set(RADIX_EVICTION_POLICY_CHOICES) | set(_EVICTION_POLICY_FACTORIES)
+    assert {"lru", "lfu", "fifo", "priority", "slru", "tlru"} <= names
+    H.set_server_args(1)
+    probe = H.Engine("classic", events=False)
+    for name in sorted(names):
+        params = _params_of(probe)
+        params.eviction_policy = name
+        problems = integration.configuration_problems(H.context(params))
+        if name in integration.EVICTION_POLICIES:
+            assert problems == [], (name, problems)
+        else:
+            assert len(problems) == 1 and f"--radix-eviction-policy {name} " in problems[0]
+            assert "has no such policy" not in problems[0], "each has its reason"
+
+
+def test_issue_21_lfu_evicts_what_both_sglang_trees_evict() -> None:
+    """Insert A once and B three times, match A five times, evict one token: A goes."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    H.set_server_args(1)
+    es = [H.Engine(kind, eviction="lfu", events=False) for kind in H.KINDS]
+    evicted = []
+    for e in es:
+        key = S["RadixKey"]
+        a = e.alloc.alloc(4)
+        e.cache.insert(InsertParams(key=key(H.array("q", [1, 2, 3, 4])), value=a))
+        for _ in range(3):  # three requests store B, each with its own slots
+            b = e.alloc.alloc(4)
+            r = e.cache.insert(InsertParams(key=key(H.array("q", [5, 6, 7, 8])), value=b))
+            if e.kind != "unified":  # the unified tree frees duplicates itself
+                e.alloc.free(b[: r.prefix_len])
+        for _ in range(5):
+            assert e.match([1, 2, 3, 4]) == 4  # lookups: no hit counted
+        e.take_freed()
+        e.evict(1)
+        evicted.append((e.take_freed(), sorted(a.tolist())))
+    agree("the evicted KV", evicted)
+    assert evicted[0][0] == evicted[0][1], "A, stored once, goes first"
+    assert es[0].match([5, 6, 7, 8]) == 4

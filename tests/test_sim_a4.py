@@ -8,6 +8,7 @@ test needs no extra. Skips when the MMLU folder is absent (see test_sim_workload
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,55 @@ def test_issue_17_default_at_8k_per_worker(runs: Any) -> None:
     d, lp = runs[("default", 4, 8000)], runs[("longest_prefix", 4, 8000)]
     assert d["hit_rate"] >= lp["hit_rate"] - 0.01
     assert d["imbalance"] <= 1.2 < lp["imbalance"]
+
+
+# -- the console script's exit codes ---------------------------------------------------------
+def _reproduce(tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    from radixmeta.cli import main
+
+    out = tmp_path / "a4"
+    rc = main(
+        [
+            "reproduce", "a4", "--mmlu-dir", str(MMLU_DIR), "--tokenizer", "fallback",
+            "--limit", "200", "--out", str(out), *extra,
+        ]
+    )  # fmt: skip
+    doc = json.loads((out / "a4.json").read_text(), parse_constant=_refuse)
+    return rc, doc
+
+
+def _refuse(constant: str) -> Any:
+    msg = f"not strict JSON: {constant}"
+    raise ValueError(msg)
+
+
+@pytest.mark.timeout(120)
+def test_reproduce_exits_0_when_it_ran_and_1_with_check_when_a_claim_fails(
+    tmp_path: Path,
+) -> None:
+    # 200 shuffled questions are too few for round robin's 84.6 %: some claims fail.
+    rc, doc = _reproduce(tmp_path)
+    claims = doc["claims"]
+    assert rc == 0
+    assert any(c["met"] is False for c in claims) and any(c["met"] is True for c in claims)
+    assert doc["complete"] is True and len(doc["runs"]) == doc["runs_total"] == 10
+    assert not any("2x round robin" in c["claim"] for c in claims)
+    eight = [c for c in claims if c["claim"].startswith("8k/worker")]
+    assert [c["target"] for c in eight][1:] == ["<= 1.1", "> 3x"]
+    rc_check, again = _reproduce(tmp_path, "--check")
+    assert rc_check == 1
+    assert [c["met"] for c in again["claims"]] == [c["met"] for c in claims]
+    plots = sorted(p.name for p in (tmp_path / "a4").glob("*.png"))
+    assert "batch_hit_rate_by_capacity_4w_idle.png" in plots
+    assert any(p.startswith("poisson") and "ttft_cdf_4w_inf_immediate" in p for p in plots)
+
+
+@pytest.mark.timeout(120)
+def test_the_poisson_runs_are_not_scaled_against_the_batchs(tmp_path: Path) -> None:
+    # They are another workload: no one-worker base of theirs, so no scaling.
+    _, doc = _reproduce(tmp_path)
+    poisson = [r for r in doc["runs"] if r["consistency"] == "immediate"]
+    poisson += [r for r in doc["runs"][-2:] if r["consistency"] == "idle"]
+    assert len(poisson) == 2 and all("scaling" not in r for r in poisson)
+    batch = [r for r in doc["runs"][:-2] if r["workers_count"] == 4]
+    assert all(r["scaling"] > 0 for r in batch)

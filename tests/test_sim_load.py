@@ -147,7 +147,7 @@ def test_the_cli_runs_a_trace_at_a_rate_and_at_loads(trace_file: Path, tmp_path:
     doc = json.loads((out / "results.json").read_text())
     runs = doc["runs"]
     assert len(runs) == 2 * 2 * 2
-    assert {r["load"]["load"] for r in runs} == {0.5, 0.9}
+    assert {r["load"] for r in runs} == {0.5, 0.9}
     assert {r["capacity"] for r in runs} == {198_516, 99_258}
     assert all(r["rejected"] > 0 for r in runs)  # the huge sessions exceed 32k
 

@@ -158,6 +158,7 @@ class CacheMachine(RuleBasedStateMachine):
         priority=PRIORITIES,
         with_values=st.booleans(),
         as_array=st.booleans(),
+        counted=st.one_of(st.just(0), st.integers(0, 12)),
     )
     def insert(
         self,
@@ -166,6 +167,7 @@ class CacheMachine(RuleBasedStateMachine):
         priority: int,
         with_values: bool,
         as_array: bool,
+        counted: int,
     ) -> None:
         # Up to three inserts per step, so that trees grow between evictions.
         for key in keys:
@@ -176,7 +178,7 @@ class CacheMachine(RuleBasedStateMachine):
                 self.next_slot += len(toks)
             results = self.call(
                 lambda c, _, t=toks, v=values: c.insert(
-                    t, v, namespace=namespace, priority=priority
+                    t, v, namespace=namespace, priority=priority, counted=counted
                 )
             )
             assert len(set(results)) == 1, results

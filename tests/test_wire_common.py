@@ -190,7 +190,7 @@ BATCH_ERRORS = [
     ),
     pytest.param(
         enc([1.5, [["BlockRemoved", [1], "GPU"]]]).replace(b"GPU", b"\xffPU"),
-        "batch[1][0]: malformed msgpack: invalid UTF-8 encoded string",
+        "malformed msgpack: the str at offset 27 is not valid UTF-8",
         id="utf8",
     ),
     pytest.param(
@@ -384,10 +384,24 @@ def test_truncated_golden_batches(codec: ModuleType) -> None:
     data = bytes.fromhex(
         VLLM_GOLDEN["0.33.0"] if codec is CODECS["vllm"] else SGLANG_GOLDEN["0.5.23"]
     )
-    for end in (1, 10, len(data) // 2, len(data) - 1):
+    # Cut inside a value: where the data ends. Cut after a header: what it claims.
+    cut_str = 140 if codec is CODECS["vllm"] else 85  # a map key's header ("block_size")
+    for end in (10, len(data) - 1):
         decode_error(
             codec, data[:end], f"truncated msgpack: the data ends inside a value at offset {end}"
         )
+    decode_error(
+        codec,
+        data[:1],
+        "truncated msgpack: the array at offset 0 claims 3 items, more than fit before the data "
+        "ends at offset 1",
+    )
+    decode_error(
+        codec,
+        data[: cut_str + 3],
+        f"truncated msgpack: the str at offset {cut_str} claims 10 bytes, more than fit before "
+        f"the data ends at offset {cut_str + 3}",
+    )
 
 
 def test_an_error_in_the_last_event_fails_the_whole_batch(codec: ModuleType) -> None:

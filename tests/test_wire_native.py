@@ -59,7 +59,7 @@ def test_extras_and_tiers_travel() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (b"\xc1", "batch: not msgpack"),
+        (b"\xc1", "batch: malformed msgpack: invalid opcode '\\xc1' at offset 0"),
         (msgspec.msgpack.encode([1, 2]), "batch: not a radixmeta batch"),
         (msgspec.msgpack.encode(["radixmeta", 2, 0.0, "w", 0, []]), "batch[1]: version 2 is not"),
         (

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 using radixmeta::PrefixPartners;
@@ -127,10 +128,96 @@ static void test_long_shared_prefixes() {
   for (int i = 4; i < 64; ++i) CHECK(partner[i] == i % 4 && shared[i] == 1024);
 }
 
+// Many children under one node: the root (distinct prompts) and one level
+// down (a shared system page). Every lookup goes through the node's hash table;
+// the answers are known by construction, so no brute force is needed.
+static void test_wide_nodes(uint32_t page) {
+  const uint32_t count = 50000, length = 4 * page;
+  std::vector<std::vector<Token>> keys(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    keys[i].assign(length, 0);
+    for (uint32_t j = 0; j < length; ++j) keys[i][j] = i * length + j + 1;  // all distinct
+  }
+  std::vector<const Token*> ptrs;
+  std::vector<uint64_t> lengths;
+  for (const auto& k : keys) {
+    ptrs.push_back(k.data());
+    lengths.push_back(k.size());
+  }
+  std::vector<int64_t> partner(count), shared(count);
+  PrefixPartners::compute(ptrs.data(), lengths.data(), count, page, partner.data(), shared.data());
+  bool alone = true;
+  for (uint32_t i = 0; i < count; ++i) alone = alone && partner[i] == -1 && shared[i] == 0;
+  CHECK(alone);
+  // The same keys, each also sent again later with its last page changed: the
+  // repeat's partner is the original, sharing all but that page.
+  for (uint32_t i = 0; i < count; ++i) {
+    keys.push_back(keys[i]);
+    keys.back()[length - 1] = 0;
+  }
+  // A shared first page: every key then branches one level down.
+  for (uint32_t i = 0; i < count; ++i) {
+    keys.push_back(keys[i]);
+    std::fill(keys.back().begin(), keys.back().begin() + page, Token{7});
+  }
+  ptrs.clear();
+  lengths.clear();
+  for (const auto& k : keys) {
+    ptrs.push_back(k.data());
+    lengths.push_back(k.size());
+  }
+  const uint32_t total = static_cast<uint32_t>(keys.size());
+  partner.assign(total, 0);
+  shared.assign(total, 0);
+  PrefixPartners::compute(ptrs.data(), lengths.data(), total, page, partner.data(), shared.data());
+  bool repeats = true, branches = true;
+  for (uint32_t i = 0; i < count; ++i) {
+    repeats = repeats && partner[count + i] == i && shared[count + i] == length - page;
+    const uint32_t k = 2 * count + i;
+    branches = branches && (i == 0 ? partner[k] == -1 && shared[k] == 0
+                                   : partner[k] == 2 * count && shared[k] == page);
+  }
+  CHECK(repeats);
+  CHECK(branches);
+}
+
+// Two different first pages with the same 32-bit child key (page_key) under one
+// node: the lookup must confirm the whole page, never take the other child.
+static void test_colliding_page_keys() {
+  const uint32_t page = 2;
+  std::unordered_map<uint32_t, Token> seen;  // page_key of the page [t, t + 1] -> t
+  Token a = 0, b = 0;
+  for (Token t = 1; a == b; ++t) {
+    const Token pg[2] = {t, t + 1};
+    const auto found = seen.emplace(radixmeta::detail::page_key(pg, page), t);
+    if (!found.second) {
+      a = found.first->second;
+      b = t;
+    }
+  }
+  // Keys: a's page then x, b's page then x, and each again (they must find themselves).
+  const std::vector<std::vector<Token>> keys = {
+      {a, a + 1, 5, 5}, {b, b + 1, 5, 5}, {b, b + 1, 5, 6}, {a, a + 1, 5, 6}, {9, 9}};
+  std::vector<const Token*> ptrs;
+  std::vector<uint64_t> lengths;
+  for (const auto& k : keys) {
+    ptrs.push_back(k.data());
+    lengths.push_back(k.size());
+  }
+  std::vector<int64_t> partner(keys.size()), shared(keys.size());
+  PrefixPartners::compute(ptrs.data(), lengths.data(), static_cast<uint32_t>(keys.size()), page,
+                          partner.data(), shared.data());
+  CHECK((partner == std::vector<int64_t>{-1, -1, 1, 0, -1}));
+  CHECK((shared == std::vector<int64_t>{0, 0, 2, 2, 0}));
+}
+
 int main() {
   test_random_batches(1, 1);
   test_random_batches(4, 2);
   test_long_shared_prefixes();
+  test_wide_nodes(1);
+  test_wide_nodes(16);
+  test_colliding_page_keys();
   if (failures != 0) {
     std::fprintf(stderr, "%d prefix-partner check(s) failed\n", failures);
     return 1;

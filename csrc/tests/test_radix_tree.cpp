@@ -82,6 +82,37 @@ static void test_lock_and_evict_order() {
   CHECK(!threw);
 }
 
+// LFU counts inserts through a node (SGLang's rule), never matches; an insert
+// skips the nodes within its first `counted` tokens.
+static void test_lfu_counts_inserts() {
+  RadixTree t(1, EvictionPolicy::kLfu);
+  std::vector<Token> a{1, 2}, b{5, 6};
+  t.insert(0, a.data(), nullptr, 2, 0);
+  for (int i = 0; i < 3; ++i) t.insert(0, b.data(), nullptr, 2, 0);
+  for (int i = 0; i < 5; ++i) t.match_prefix(0, a.data(), 2);
+  const auto mb = t.match_prefix(0, b.data(), 2);
+  CHECK(t.node(mb.node).hit_count == 3);
+  std::vector<Value> freed;
+  t.evict(1, &freed);  // a: one insert, however many matches
+  CHECK((freed == std::vector<Value>{1, 2}));
+  // counted: a second insert by the same caller counts only past what it stored.
+  std::vector<Token> c{7, 7, 7, 7};
+  t.insert(0, c.data(), nullptr, 2, 0);
+  t.insert(0, c.data(), nullptr, 4, 0, 2);  // [7 7] already counted by this caller
+  const auto upper = t.match_prefix(0, c.data(), 2);
+  const auto lower = t.match_prefix(0, c.data(), 4);
+  CHECK(t.node(upper.node).hit_count == 1 && t.node(lower.node).hit_count == 1);
+  t.insert(0, c.data(), nullptr, 4, 0, 4);  // nothing past what it stored: no hit
+  CHECK(t.node(lower.node).hit_count == 1);
+  t.insert(0, c.data(), nullptr, 3, 0);  // a split copies the count into the upper half
+  const auto mid = t.match_prefix(0, c.data(), 3);
+  CHECK(t.node(mid.node).hit_count == 2 && t.node(lower.node).hit_count == 1);
+  RadixTree lru(1, EvictionPolicy::kLru);  // kept only under LFU
+  lru.insert(0, a.data(), nullptr, 2, 0);
+  CHECK(lru.node(lru.match_prefix(0, a.data(), 2).node).hit_count == 0);
+  t.check_invariants();
+}
+
 static void test_unlock_needs_own_lock() {
   RadixTree t(1, EvictionPolicy::kLru);
   std::vector<Token> a{0, 0, 0, 0};
@@ -281,6 +312,7 @@ int main() {
   test_insert_match_split();
   test_pages();
   test_lock_and_evict_order();
+  test_lfu_counts_inserts();
   test_unlock_needs_own_lock();
   test_capacity();
   test_namespaces_and_reset();

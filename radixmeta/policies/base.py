@@ -206,8 +206,15 @@ class Policy(Protocol):
 
     Optional hooks, called by the router when a policy defines them:
 
-    - ``on_dispatch(request, worker, matched)`` after the decision is applied;
-    - ``on_finish(request, worker)`` when the request finishes or expires.
+    - ``on_dispatch(request, worker, matched)`` once the decision is taken, just
+      before the router applies it: if it raises, the router applies nothing (the
+      dispatch changes nothing; a batch's requests already told are told
+      ``on_finish``);
+    - ``on_finish(request, worker)`` when the request finishes, expires or is
+      dropped with its worker, just before the router releases it: if it raises,
+      ``finish`` keeps the request in flight, while ``expire`` and
+      ``remove_worker`` release it all the same and then raise
+      :class:`~radixmeta.errors.HookError`.
     """
 
     def choose(self, request: Request, view: View) -> WorkerId | Choice:

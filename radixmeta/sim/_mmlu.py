@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from radixmeta._keys import check_int
 from radixmeta.errors import DataNotFoundError, InvalidInputError, WorkloadError
 from radixmeta.sim import _diskcache
 from radixmeta.sim._workload import (
     Request,
     Workload,
-    check_int,
     check_rate,
     frozen_tokens,
     make_rng,
@@ -279,11 +279,11 @@ def mmlu(
     if order not in _ORDERS:
         msg = f"order must be 'shuffle' or 'subject', got {order!r}"
         raise InvalidInputError(msg)
-    k = check_int(shots, "shots", 0)
+    k = check_int("shots", shots, 0)
     cap = None
     if max_prefix_tokens is not None:
-        cap = check_int(max_prefix_tokens, "max_prefix_tokens", 1)
-    out_len = check_int(output_len, "output_len", 0)
+        cap = check_int("max_prefix_tokens", max_prefix_tokens, 1)
+    out_len = check_int("output_len", output_len, 0)
     arrival_rate = check_rate(rate)
     rng = make_rng(seed)
     tok = get_tokenizer(tokenizer)

@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from radixmeta._keys import check_int
 from radixmeta.errors import (
     DataNotFoundError,
     InvalidInputError,
@@ -23,7 +24,6 @@ from radixmeta.errors import (
 from radixmeta.sim._workload import (
     Request,
     Workload,
-    check_int,
     check_rate,
     frozen_tokens,
     make_rng,
@@ -237,9 +237,9 @@ def sharegpt(
     WorkloadError
         The file is not a JSON array or not UTF-8.
     """
-    wanted = check_int(sessions, "sessions", 0)
-    least = check_int(min_turns, "min_turns", 1)
-    most = None if max_turns is None else check_int(max_turns, "max_turns", 1)
+    wanted = check_int("sessions", sessions, 0)
+    least = check_int("min_turns", min_turns, 1)
+    most = None if max_turns is None else check_int("max_turns", max_turns, 1)
     session_rate = check_rate(rate)
     think = float(think_time)
     if not (math.isfinite(think) and think >= 0):

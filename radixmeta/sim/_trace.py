@@ -9,8 +9,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from radixmeta._keys import check_int
 from radixmeta.errors import DataNotFoundError, InvalidInputError, WorkloadError
-from radixmeta.sim._workload import Request, Workload, check_int, frozen_tokens
+from radixmeta.sim._workload import Request, Workload, frozen_tokens
 
 __all__ = ["TraceRecord", "from_records", "trace"]
 
@@ -117,12 +118,12 @@ def trace(
     >>> import os; os.unlink(f.name)
     """
     file = Path(path)
-    size = check_int(block_size, "block_size", 1)
+    size = check_int("block_size", block_size, 1)
     scale = float(time_scale)
     if not (math.isfinite(scale) and scale >= 0):
         msg = f"time_scale must be finite and >= 0, got {time_scale!r}"
         raise InvalidInputError(msg)
-    most = None if limit is None else check_int(limit, "limit", 0)
+    most = None if limit is None else check_int("limit", limit, 0)
     try:
         handle = file.open("rb")
     except FileNotFoundError:

@@ -310,17 +310,6 @@ def poisson_arrivals(count: int, rate: float, rng: np.random.Generator) -> npt.N
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
-def check_int(value: object, what: str, minimum: int) -> int:
-    """Return ``value`` as an int ``>= minimum`` (no bool), or raise naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        msg = f"{what} must be an integer, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    if value < minimum:
-        msg = f"{what} must be >= {minimum}, got {value}"
-        raise InvalidInputError(msg)
-    return int(value)
-
-
 def as_tokens(value: object, what: str) -> npt.NDArray[np.uint32]:
     """Convert a user's prompt to a read-only 1-D uint32 array, checking every id."""
     if isinstance(value, str | bytes | bytearray):

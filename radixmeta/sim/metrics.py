@@ -47,7 +47,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     dict
         ``hit_rate`` (tokens the workers' caches matched over the prompt tokens
         of the requests not rejected), ``estimated_hit_rate`` (what the router
-        expected at dispatch, over the same tokens), ``optimal_hit_rate``,
+        expected at dispatch, over the same tokens), ``estimate_error`` (the
+        estimate less the hit rate), ``optimal_hit_rate``,
         ``requests``, ``completed`` (requests that finished: never the rejected),
         ``rejected`` (longer than the context or the pool), ``retracted``
         (retractions), ``requeued`` (requests put back on a queue by them),
@@ -108,6 +109,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     total_prefill = float(prefill_busy.sum())
     wall["router_us_per_request"] = router_wall / n * 1e6 if n else 0.0
     wall["router_share_of_prefill"] = router_wall / total_prefill if total_prefill else 0.0
+    hit_rate = float(hits.sum() / total_prompt) if total_prompt else 0.0
+    estimate = float(estimated[served].sum() / total_prompt) if total_prompt else 0.0
     return {
         "policy": cfg.policy_name,
         "workers_count": cfg.workers,
@@ -124,10 +127,9 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "insert_refused": int(sum(run.insert_refused)),
         "queue_wait": _percentiles(admitted[done] - arrival[done]),
         "kv_peak": max((p for p in run.kv_peak if p is not None), default=None),
-        "hit_rate": float(hits.sum() / total_prompt) if total_prompt else 0.0,
-        "estimated_hit_rate": (
-            float(estimated[served].sum() / total_prompt) if total_prompt else 0.0
-        ),
+        "hit_rate": hit_rate,
+        "estimated_hit_rate": estimate,
+        "estimate_error": estimate - hit_rate,
         "optimal_hit_rate": optimal,
         "makespan": makespan,
         "throughput_rps": float(done.sum() / makespan) if makespan > 0 else 0.0,

@@ -69,6 +69,8 @@ def run_cells(
     jobs: int = 1,
     on_cell: Callable[[int, dict[str, Any]], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    on_run: Callable[[int, SimRun, dict[str, Any]], None] | None = None,
+    keep_runs: bool = True,
 ) -> tuple[list[dict[str, Any]], list[SimRun]]:
     """Run every cell; returns the summaries (with scaling filled in) and the runs.
 
@@ -86,6 +88,15 @@ def run_cells(
         ``on_cell(i, summary)`` as each cell finishes (in completion order).
     on_progress : callable, optional
         ``on_progress(k)``: ``k`` more requests finished (in-process runs only).
+    on_run : callable, optional
+        ``on_run(i, run, summary)`` as each cell finishes, before ``on_cell``: the
+        one moment the whole :class:`~radixmeta.sim.engine.SimRun` is at hand when
+        ``keep_runs`` is false.
+    keep_runs : bool, default True
+        Return every SimRun (per-request lists, and spans where traced). False
+        returns no runs and frees each as soon as it is summarised, so a long
+        sweep's memory is one run's plus the summaries (and whatever ``on_run``
+        keeps).
     """
     if jobs == 0:
         jobs = os.cpu_count() or 1
@@ -96,10 +107,14 @@ def run_cells(
     summaries: list[dict[str, Any] | None] = [None] * len(cells)
 
     def finish(i: int, run: SimRun) -> None:
-        runs[i] = run
-        summaries[i] = summarise(run, optimal)
+        summary = summarise(run, optimal)
+        summaries[i] = summary
+        if keep_runs:
+            runs[i] = run
+        if on_run is not None:
+            on_run(i, run, summary)
         if on_cell is not None:
-            on_cell(i, summaries[i])  # type: ignore[arg-type]
+            on_cell(i, summary)
 
     if jobs == 1 or len(cells) == 1:
         for i, cell in enumerate(cells):

@@ -40,9 +40,12 @@ from radixmeta.errors import DataNotFoundError, InvalidInputError
 from radixmeta.policies import names as policy_names
 from radixmeta.sim.engine import SimConfig
 from radixmeta.sim.load import offered_work, scale_to_load
+from radixmeta.sim.report import table_lines
+from radixmeta.sim.results import dumps
 from radixmeta.sim.sweep import run_cells
 
 __all__ = [
+    "CELL_COLUMNS",
     "LOAD_LIMIT",
     "TARGETS",
     "Cell",
@@ -324,69 +327,54 @@ def load_rivals(
     }
 
 
-def _num(value: float, width: int, digits: int = 2) -> str:
-    if value is None or not math.isfinite(value):
-        return "-".rjust(width)
-    if abs(value) >= 1000:
-        return f"{value:,.0f}".rjust(width)
-    return f"{value:.{digits}f}".rjust(width)
+#: The columns of a cell's table (:mod:`radixmeta.sim.report`'s keys): <= 80 wide.
+CELL_COLUMNS = "policy,ttft_mean,ttft_p99,hit_rate,est_error,imbalance,rps"
 
 
-def cell_rows(result: Result) -> list[str]:
-    """A cell's table: ``default`` first, then its rivals by mean TTFT (<= 80 columns)."""
+def cell_rows(result: Result, fmt: str = "plain") -> list[str]:
+    """A cell's table: ``default`` first, then its rivals by mean TTFT.
+
+    Plain text (the report's aligned columns, within 80) or Markdown (``fmt``).
+    """
     cell = result.cell
     head = f"{cell.label}  (offered load {result.load:.2f})"
     if result.skipped:
         return [f"{head}: skipped, {result.skipped}"]
-    rows = [
-        head,
-        f"  {'policy':15} {'TTFT mean':>10} {'TTFT p99':>9} {'hit':>6} {'est.err':>7}"
-        f" {'imb.':>5} {'req/s':>7}",
-    ]
     rivals = sorted(
         (p for p in result.summaries if p != "default"),
         key=lambda p: _mean_ttft(result.summaries[p]),
     )
-    order = ["default", *rivals]
-    for name in order:
-        s = result.summaries[name]
-        error = (s["estimated_hit_rate"] - s["hit_rate"]) * 100
-        rows.append(
-            f"  {name:15} {_num(_mean_ttft(s), 9)}s {_num(s['ttft']['p99'], 8)}s"
-            f" {s['hit_rate'] * 100:5.1f}% {error:+6.1f}pt {s['imbalance']:5.2f}"
-            f" {_num(s['throughput_rps'], 7)}"
-        )
-    return rows
+    rows = [result.summaries[p] for p in ("default", *rivals)]
+    return [head, *table_lines(rows, CELL_COLUMNS, fmt)]
 
 
-def met_rows(results: Sequence[Result]) -> list[str]:
-    """The met/not-met table: one row per cell, a column per target, and a tally."""
+def met_rows(results: Sequence[Result], fmt: str = "plain") -> list[str]:
+    """The met/not-met table: a row per cell, a column per target, and a tally.
+
+    Plain text (within 80 columns) or Markdown (``fmt``).
+    """
     marks = {True: "yes", False: "NO", None: "n/a"}
-    rows = [f"  {'cell':38} {'load':>5} {'mean':>4} {'p99':>4} {'tput':>4} {'imb':>4} {'est':>4}"]
+    header = ["cell", "load", *(name for name, _ in TARGETS)]
+    rows: list[list[str]] = []
     met = ran = 0
     for r in results:
-        label = r.cell.label[:38]
         if r.skipped:
-            rows.append(f"  {label:38} {_num(r.load, 5)}  skipped: {r.skipped}"[:80])
+            rows.append([r.cell.label, f"{r.load:.2f}", f"skipped: {r.skipped}"])
             continue
         ran += 1
-        ok = all(v is not False for v in r.verdict.values())
-        met += ok
-        cols = " ".join(f"{marks[r.verdict[name]]:>4}" for name, _ in TARGETS)
-        rows.append(f"  {label:38} {r.load:5.2f} {cols}")
-    rows.append(f"  default met every target in {met} of {ran} cells run")
-    return rows
-
-
-def _clean(value: Any) -> Any:
-    """Strict JSON: a NaN or an infinity becomes null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+        met += all(v is not False for v in r.verdict.values())
+        rows.append([r.cell.label, f"{r.load:.2f}", *(marks[r.verdict[n]] for n, _ in TARGETS)])
+    tally = f"default met every target in {met} of {ran} cells run"
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|:---|" + "---:|" * (len(header) - 1)]
+        for row in rows:
+            lines.append("| " + " | ".join(row + [""] * (len(header) - len(row))) + " |")
+        return [*lines, "", tally]
+    width = max([len(header[0]), *(len(row[0]) for row in rows)])
+    lines = [f"{header[0]:{width}}  " + "  ".join(f"{h:>4}" for h in header[1:])]
+    for label, load, *cols in rows:
+        lines.append(f"{label:{width}}  {load:>4}  " + "  ".join(f"{c:>4}" for c in cols))
+    return [*lines, tally]
 
 
 def write_results(
@@ -424,7 +412,7 @@ def write_results(
             for r in results
         ],
     }
-    tmp = file.with_suffix(file.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
-    tmp.replace(file)
+    partial = file.with_name(f".{file.name}.partial")
+    partial.write_text(dumps(doc) + "\n")
+    os.replace(partial, file)
     return file

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from radixmeta._keys import check_int
 from radixmeta.errors import InputTypeError, InvalidInputError
 from radixmeta.sim._mmlu import mmlu
 from radixmeta.sim._sharegpt import sharegpt
@@ -36,7 +37,6 @@ from radixmeta.sim._workload import (
     Request,
     Workload,
     as_tokens,
-    check_int,
     check_rate,
     frozen_tokens,
     make_rng,
@@ -113,12 +113,12 @@ def gsp(
     >>> len(w), w[0].prompt_len, round(w.optimal_hit_rate(), 4)
     (32, 128, 0.6562)
     """
-    groups = check_int(num_groups, "num_groups", 0)
-    per_group = check_int(prompts_per_group, "prompts_per_group", 0)
-    system_len = check_int(system_prompt_len, "system_prompt_len", 0)
-    q_len = check_int(question_len, "question_len", 0)
-    out_len = check_int(output_len, "output_len", 0)
-    vocab = check_int(vocab_size, "vocab_size", 1)
+    groups = check_int("num_groups", num_groups, 0)
+    per_group = check_int("prompts_per_group", prompts_per_group, 0)
+    system_len = check_int("system_prompt_len", system_prompt_len, 0)
+    q_len = check_int("question_len", question_len, 0)
+    out_len = check_int("output_len", output_len, 0)
+    vocab = check_int("vocab_size", vocab_size, 1)
     if vocab > 2**32:
         msg = f"vocab_size must be <= 2**32, got {vocab}"
         raise InvalidInputError(msg)
@@ -258,7 +258,7 @@ def from_requests(
         if not (math.isfinite(arrival) and arrival >= 0):
             msg = f"{where}.arrival must be finite and >= 0, got {arrival_obj!r}"
             raise InvalidInputError(msg)
-        output_len = check_int(output_obj, f"{where}.output_len", 0)
+        output_len = check_int(f"{where}.output_len", output_obj, 0)
         if group_obj is not None and not isinstance(group_obj, str):
             msg = f"{where}.group must be a str or None, got {type(group_obj).__name__}"
             raise InputTypeError(msg)
@@ -314,15 +314,15 @@ def synthetic(
     """
     from radixmeta.sim.synthetic import synthetic_records, trace_shape
 
-    changes = {} if sessions is None else {"sessions": check_int(sessions, "sessions", 1)}
+    changes = {} if sessions is None else {"sessions": check_int("sessions", sessions, 1)}
     chosen = trace_shape(shape, **changes)
     scale = float(time_scale)
     if not (math.isfinite(scale) and scale >= 0):
         msg = f"time_scale must be finite and >= 0, got {time_scale!r}"
         raise InvalidInputError(msg)
-    lines = synthetic_records(chosen, seed=check_int(seed, "seed", 0))
+    lines = synthetic_records(chosen, seed=check_int("seed", seed, 0))
     if limit is not None:
-        lines = lines[: check_int(limit, "limit", 0)]
+        lines = lines[: check_int("limit", limit, 0)]
     records = [
         TraceRecord(x["timestamp"], x["input_length"], x["output_length"], x["hash_ids"])
         for x in lines

@@ -8,6 +8,7 @@ from typing import Any
 
 import zmq
 
+from radixmeta._keys import check_int
 from radixmeta.errors import InputTypeError, InvalidInputError, RadixMetaError, TransportClosedError
 from radixmeta.transport._buffer import ReplayBuffer
 from radixmeta.transport._closable import ClosesOnExit
@@ -34,7 +35,6 @@ from radixmeta.transport._zmq_util import (
     attach,
     check_bind,
     check_endpoint,
-    check_int,
     context_for,
     deadline_after,
     ms,
@@ -177,7 +177,7 @@ class ZmqPublisher(ClosesOnExit):
         self.topic = check_topic(topic)
         self.reply_format: ReplayLayout = reply_format
         self._buffer = ReplayBuffer(buffer_steps)
-        check_int(hwm, "hwm", 0)
+        check_int("hwm", hwm, 0)
         self.bound = publisher_binds(endpoint) if check_bind(bind) is None else bool(bind)
         self.stats = PublisherStats()
         self._pub_lock = threading.Lock()  # the PUB socket, seq order and subscriptions
@@ -284,7 +284,7 @@ class ZmqPublisher(ClosesOnExit):
         bool
             True if ``count`` was reached, False on timeout or if the publisher is closed.
         """
-        check_int(count, "count", 0)
+        check_int("count", count, 0)
         limit = check_timeout(timeout)
         deadline = deadline_after(limit)
         while True:

@@ -18,6 +18,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from radixmeta._keys import check_int
 from radixmeta.errors import InputTypeError, InvalidInputError, TransportClosedError
 from radixmeta.transport._closable import ClosesOnExit
 from radixmeta.transport._endpoints import subscriber_binds
@@ -36,7 +37,6 @@ from radixmeta.transport._zmq_util import (
     attach,
     check_bind,
     check_endpoint,
-    check_int,
     context_for,
     deadline_after,
     ms,
@@ -184,7 +184,7 @@ class _SubscriberBase:
         self._given = tuple(given)
         self.replay_endpoints = self._check_replay_endpoints(replay_endpoints, len(given))
         self.topic = check_topic(topic)
-        check_int(hwm, "hwm", 0)
+        check_int("hwm", hwm, 0)
         check_bind(bind)
         self.stats = SubscriberStats()
         self._closed = False

@@ -21,7 +21,6 @@ __all__ = [
     "attach",
     "check_bind",
     "check_endpoint",
-    "check_int",
     "context_for",
     "deadline_after",
     "ms",
@@ -33,17 +32,6 @@ DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
 #: Extra ``setsockopt`` options, applied before bind/connect.
 SocketOptions = Mapping[int, int | bytes]
-
-
-def check_int(value: int, name: str, minimum: int) -> int:
-    """Return ``value`` if it is an int (not a bool) ``>= minimum``, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{name} must be an int, got {type(value).__name__}"
-        raise InputTypeError(msg)
-    if value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
-        raise InvalidInputError(msg)
-    return value
 
 
 def check_endpoint(endpoint: object, name: str) -> str:

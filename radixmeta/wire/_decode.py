@@ -12,6 +12,11 @@ and unknown event types (kept as :class:`UnknownEvent`) work, and what gives
 an error its position. A batch either decodes whole or raises
 :class:`~radixmeta.errors.DecodeError`; no partial batch is returned.
 
+Before either path, the bytes pass :func:`~radixmeta.wire._limits.check_structure`
+(one msgpack value, nested at most ``MAX_DEPTH`` deep, no length claimed that the
+bytes cannot hold), so msgspec never recurses past the limit nor allocates for a
+length bomb; the native scanner of map-era batches enforces the same limits itself.
+
 msgspec cannot put ``array_like`` and map structs in one union, hence two
 fast decoders; the first event's header byte picks one.
 """
@@ -23,8 +28,15 @@ from typing import Any, Union
 
 import msgspec
 
-from radixmeta.errors import DecodeError, InputTypeError
-from radixmeta.wire._messages import batch_message, event_message, malformed_message, type_name
+from radixmeta.errors import DecodeError
+from radixmeta.wire._limits import as_message, check_structure
+from radixmeta.wire._messages import (
+    batch_message,
+    event_message,
+    malformed_message,
+    placed_message,
+    type_name,
+)
 from radixmeta.wire._normalise import Invalid
 from radixmeta.wire._schema import EventSchema, Field, decode_struct
 from radixmeta.wire._versions import Version
@@ -75,16 +87,28 @@ def _first_event_is_map(data: Any) -> bool:
         return True
 
 
-def _malformed(where: str, exc: msgspec.DecodeError) -> DecodeError:
-    # Splitting a batch into raw events checks its structure, not its strings' UTF-8.
-    return DecodeError(f"{where}: {malformed_message(exc, 0)}")
+def _shown(name: str, value: object) -> str:
+    """``name = 5`` for a scalar; for anything else its type, so that a message stays short
+    and the same from run to run (an ext's repr names its address)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return f"{name} = {value!r}"
+    return f"{name} of type {type_name(value)}"
+
+
+def _malformed(exc: msgspec.DecodeError, where: str = "") -> DecodeError:
+    # What check_structure leaves to msgspec: a map key that cannot be a dict key (an
+    # array or a map) or a bad msgpack timestamp, in a value decoded as any value. With
+    # `where`, msgspec read one event: its offsets count from the event's first byte.
+    if not where:
+        return DecodeError(malformed_message(exc, 0))
+    return DecodeError(placed_message(exc, where, " of the event"))
 
 
 def _generic(where: str, raw: bytes) -> Any:
     try:
         return _GENERIC.decode(raw)
     except msgspec.DecodeError as exc:
-        raise _malformed(where, exc) from None
+        raise _malformed(exc, where) from None
 
 
 class BatchDecoder:
@@ -140,16 +164,15 @@ class BatchDecoder:
             )
             self._fast[maps] = msgspec.msgpack.Decoder(batch)
 
-    def decode(self, data: bytes) -> EventBatch:
+    def decode(self, data: bytes | bytearray | memoryview) -> EventBatch:
         """Decode one batch; see the module docstring for the two paths."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            msg = f"data must be bytes, got {type(data).__name__}"
-            raise InputTypeError(msg)
+        data = as_message(data)
         is_map = _first_event_is_map(data)
         if is_map and self._native is not None:
-            batch = self._native(data)
+            batch = self._native(data)  # what it takes passes check_structure
             if batch is not None:
                 return batch
+        check_structure(data)  # no deeper than MAX_DEPTH, no length bombs: msgspec may read
         try:
             wire = self._fast[is_map].decode(data)
             convert = self._convert
@@ -164,7 +187,7 @@ class BatchDecoder:
         except msgspec.ValidationError as exc:
             raise DecodeError(batch_message(exc)) from None
         except msgspec.DecodeError as exc:
-            raise DecodeError(malformed_message(exc, len(data))) from None
+            raise _malformed(exc) from None
         events = [self._event(f"batch[1][{i}]", bytes(e)) for i, e in enumerate(raw.events)]
         return EventBatch(raw.ts, events, raw.dp_rank)
 
@@ -179,7 +202,7 @@ class BatchDecoder:
         except msgspec.ValidationError as exc:
             return self._unknown_or_raise(where, raw, maps, exc)
         except msgspec.DecodeError as exc:  # what slicing out raw events does not check
-            raise _malformed(where, exc) from None
+            raise _malformed(exc, where) from None
         try:
             return self._convert[type(wire)](wire)
         except Invalid as exc:
@@ -193,7 +216,7 @@ class BatchDecoder:
         if maps:
             tag = body.get("type")
             if not isinstance(tag, str):
-                got = "no 'type' key" if "type" not in body else f"'type' = {tag!r}"
+                got = "no 'type' key" if "type" not in body else _shown("'type'", tag)
                 msg = f"{where}: an event map must have a string 'type' key, got {got}"
                 raise DecodeError(msg)
         else:

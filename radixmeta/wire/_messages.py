@@ -8,6 +8,7 @@ generic decode of the same bytes. They run only after a decode has failed.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +17,7 @@ import msgspec
 
 from radixmeta.wire._schema import Field
 
-__all__ = ["batch_message", "event_message", "malformed_message", "type_name"]
+__all__ = ["batch_message", "event_message", "malformed_message", "placed_message", "type_name"]
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _SEGMENT = re.compile(r"\[(\d+)\]|\.(\w+)")
@@ -35,7 +36,10 @@ _NAMES: dict[type, str] = {
     str: "str",
     bytes: "bytes",
     list: "array",
+    tuple: "array",  # an array as a map key
     dict: "map",
+    msgspec.msgpack.Ext: "ext",
+    datetime.datetime: "timestamp",  # the msgpack timestamp extension
 }
 
 
@@ -60,15 +64,32 @@ def _got(what: str) -> str:
     return _MSGSPEC_NAMES.get(name, name)
 
 
-def malformed_message(exc: msgspec.DecodeError, size: int) -> str:
-    """Bytes that are not msgpack at all: truncated, an invalid byte, trailing bytes."""
+def malformed_message(exc: msgspec.DecodeError, size: int, of: str = "") -> str:
+    """Bytes that msgspec cannot read: truncated, an invalid byte, trailing bytes, a map
+    key that cannot be a dict key. ``of`` follows an offset: what it counts from, when
+    that is not the message (``" of the event"``)."""
     text = str(exc)
     if "truncated" in text:
-        return f"truncated msgpack: the data ends inside a value at offset {size}"
+        return f"truncated msgpack: the data ends inside a value at offset {size}{of}"
     detail = text.removeprefix("MessagePack data is malformed: ")
     detail = detail[:1].lower() + detail[1:]  # msgspec capitalises some ("Invalid UTF-8 ...")
-    detail = re.sub(r" \(byte (\d+)\)$", r" at offset \1", detail)
+    detail = re.sub(r" \(byte (\d+)\)$", rf" at offset \1{of}", detail)
     return f"malformed msgpack: {detail}"
+
+
+def placed_message(exc: msgspec.DecodeError, where: str, of: str) -> str:
+    """What msgspec refused in one part of a message that passed the structure check (an
+    event, a namespace): a map key that cannot be a dict key, a bad msgpack timestamp.
+
+    msgspec's path, when it gives one (``$[1]``, ``$[...][0]`` inside a map), follows
+    ``where``; a byte offset counts from the part's first byte, which ``of`` names.
+    """
+    match = _AT.match(str(exc))
+    assert match is not None  # the pattern matches any text
+    if match["path"] is None:
+        return f"{where}: {malformed_message(exc, 0, of)}"
+    what = match["what"]
+    return f"{where}{match['path']}: malformed msgpack: {what[:1].lower()}{what[1:]}"
 
 
 def batch_message(exc: msgspec.ValidationError) -> str:

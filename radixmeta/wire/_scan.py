@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from radixmeta.wire._limits import MAX_DEPTH
 from radixmeta.wire._schema import (
     OPTIONAL_ARRAY,
     OPTIONAL_INT,
@@ -79,7 +80,7 @@ def native_scanner(
         (schema.tag, [(f.name, kinds[f.kind], f.required) for f in schema.fields])
         for schema in schemas
     ]
-    scanner = _scanner_class(specs)
+    scanner = _scanner_class(specs, MAX_DEPTH)  # it takes only what check_structure passes
     makers = tuple(build)
 
     def scan(data: Any) -> EventBatch | None:

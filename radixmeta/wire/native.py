@@ -38,6 +38,8 @@ import numpy as np
 
 from radixmeta._records import Cleared, Record, Removed, Stored
 from radixmeta.errors import DecodeError, InputTypeError, InvalidInputError
+from radixmeta.wire._limits import as_message, check_structure
+from radixmeta.wire._messages import malformed_message, placed_message
 
 __all__ = ["MAGIC", "VERSION", "NativeBatch", "decode_batch", "encode_batch"]
 
@@ -176,10 +178,19 @@ def _view(data: bytes, dtype: np.dtype[Any], where: str) -> np.ndarray:
     return out if dtype.isnative else out.astype(dtype.newbyteorder("="))
 
 
+def _not_msgpack(where: str, exc: msgspec.DecodeError) -> DecodeError:
+    # What check_structure leaves to msgspec: a map key that cannot be a dict key (an
+    # array or a map) or a bad msgpack timestamp.
+    return _bad(where, malformed_message(exc, 0))
+
+
 def _ns(raw: msgspec.Raw, where: str) -> Any:
     if bytes(raw) == _NIL:
         return None
-    value = _decoder.decode(raw)
+    try:
+        value = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(placed_message(exc, where, " of the namespace")) from None
     try:
         return _namespace(value, where)
     except InputTypeError as exc:
@@ -224,21 +235,27 @@ def _path(exc: msgspec.ValidationError) -> str:
     return f"{_BATCH}{at.rstrip('`')}: {message}"
 
 
-def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
+def decode_batch(data: bytes | bytearray | memoryview, *, seq: int = 0) -> NativeBatch:
     """The batch in ``data``; its records are named ``(seq, index)``.
 
     Raises
     ------
     DecodeError
         ``data`` is not a version-1 radixmeta batch; nothing of it is returned.
+        Any byte string either decodes or raises this, with the limits of
+        :mod:`radixmeta.wire` (nesting, lengths) checked before it is decoded.
+    InputTypeError
+        ``data`` is not bytes, a bytearray or a contiguous memoryview.
     """
+    data = as_message(data)
+    check_structure(data, _BATCH)
     try:
         batch = _batch_decoder.decode(data)
     except msgspec.ValidationError as exc:
         _check_header(data)  # a foreign message or version is the error to report
         raise DecodeError(_path(exc)) from None
     except msgspec.DecodeError as exc:
-        raise _bad(_BATCH, f"not msgpack ({exc})") from None
+        raise _not_msgpack(_BATCH, exc) from None
     if batch.magic != MAGIC or batch.version != VERSION:
         _check_header(data)
     worker, rank = batch.worker, batch.dp_rank
@@ -246,7 +263,7 @@ def decode_batch(data: bytes, *, seq: int = 0) -> NativeBatch:
     return NativeBatch(batch.timestamp, worker, rank, records)
 
 
-def _check_header(data: bytes) -> None:
+def _check_header(data: bytes | bytearray | memoryview) -> None:
     header = f"expected [{MAGIC!r}, {VERSION}, timestamp, worker, dp_rank, records]"
     try:
         top = _header_decoder.decode(data)

@@ -16,6 +16,13 @@
 // way, which names the error or keeps an unknown event. It never reads out of
 // bounds on any input.
 //
+// check_message is that exact path's first step: it walks any message once,
+// without decoding, and says why it is not one well-formed msgpack value
+// (truncated, a length the bytes left cannot hold, nested deeper than a limit,
+// the unused byte 0xC1, a str that is not UTF-8, trailing bytes), so a decoder
+// that runs after it never recurses past the limit nor allocates for a length
+// bomb, and every batch the scanner takes passes it.
+//
 // Header-only C++17 with no Python dependency.
 #pragma once
 
@@ -39,7 +46,7 @@ enum class FieldKind : uint8_t {
   kTokens,        // array of ints in [0, 2**32)
   kSize,          // an int in [0, 2**63)
   kIntOrNil,      // an int in [-2**63, 2**63), or nil
-  kStrOrNil,      // a string, or nil (its UTF-8 is checked by the caller)
+  kStrOrNil,      // a UTF-8 string, or nil
   kNil,           // nil only: any other value sends the batch to the exact path
 };
 
@@ -213,53 +220,173 @@ inline bool read_str(Reader& r, size_t& begin, size_t& length) {
   return true;
 }
 
-// Skips one value of any type, nested values included, in one loop (no recursion).
-inline bool skip_value(Reader& r) {
-  uint64_t pending = 1;
-  while (pending > 0) {
-    if (!r.has(1)) return false;
-    --pending;
-    const uint8_t tag = r.data[r.at];
-    uint64_t count;
-    if (tag <= 0x7F || tag >= 0xE0 || tag == 0xC0 || tag == 0xC2 || tag == 0xC3) {
-      r.at += 1;
-    } else if ((tag & 0xF0) == 0x80 || tag == 0xDE || tag == 0xDF) {
-      if (!read_container(r, true, count)) return false;
-      pending += 2 * count;
-    } else if ((tag & 0xF0) == 0x90 || tag == 0xDC || tag == 0xDD) {
-      if (!read_container(r, false, count)) return false;
-      pending += count;
-    } else if ((tag & 0xE0) == 0xA0 || (tag >= 0xD9 && tag <= 0xDB)) {
-      size_t begin, length;
-      if (!read_str(r, begin, length)) return false;
-    } else {
-      size_t head = 0, length = 0;
-      if (tag >= 0xC4 && tag <= 0xC6) {  // bin 8..32
-        head = 1 + (size_t{1} << (tag - 0xC4));
-        if (!r.has(head)) return false;
-        length = static_cast<size_t>(r.be(1, head - 1));
-      } else if (tag >= 0xC7 && tag <= 0xC9) {  // ext 8..32: length, type, data
-        const size_t width = size_t{1} << (tag - 0xC7);
-        head = 2 + width;
-        if (!r.has(head)) return false;
-        length = static_cast<size_t>(r.be(1, width));
-      } else if (tag == 0xCA || tag == 0xCB || (tag >= 0xCC && tag <= 0xD3)) {
-        head = 1;
-        static const uint8_t widths[] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
-        length = widths[tag - 0xCA];
-      } else if (tag >= 0xD4 && tag <= 0xD8) {  // fixext 1..16: type, data
-        head = 2;
-        length = size_t{1} << (tag - 0xD4);
-      } else {
-        return false;  // 0xC1: never used
-      }
-      if (!r.has(head) || r.size - r.at - head < length) return false;
-      r.at += head + length;
+// Total bytes of each msgpack header byte whose value has a fixed size (ints,
+// floats, nil, bools, fixext), 0 for the others (strings, bins, exts, arrays,
+// maps, and 0xC1, which msgpack never uses).
+struct FixedSizes {
+  uint8_t size[256] = {};
+  constexpr FixedSizes() {
+    for (int t = 0x00; t <= 0x7F; ++t) size[t] = 1;  // positive fixint
+    for (int t = 0xE0; t <= 0xFF; ++t) size[t] = 1;  // negative fixint
+    size[0xC0] = size[0xC2] = size[0xC3] = 1;        // nil, false, true
+    size[0xCA] = 5;                                  // float 32
+    size[0xCB] = 9;                                  // float 64
+    for (int w = 0; w < 4; ++w) {
+      size[0xCC + w] = static_cast<uint8_t>(1 + (1 << w));  // uint 8..64
+      size[0xD0 + w] = static_cast<uint8_t>(1 + (1 << w));  // int 8..64
     }
-    // Every value takes at least one byte, so this many pending values cannot fit.
-    if (pending > r.size - r.at) return false;
+    for (int w = 0; w < 5; ++w) size[0xD4 + w] = static_cast<uint8_t>(2 + (1 << w));  // fixext
+  }
+};
+inline constexpr FixedSizes kFixedSizes{};
+
+// Whether s[0, n) is well-formed UTF-8 (Unicode table 3-7: no overlong forms,
+// no surrogates, nothing above U+10FFFF), as Python's strict decoder has it.
+inline bool valid_utf8(const uint8_t* s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t extra;
+    uint8_t low = 0x80, high = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      if (c == 0xE0) low = 0xA0;   // no overlong 3-byte forms
+      if (c == 0xED) high = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      if (c == 0xF0) low = 0x90;   // no overlong 4-byte forms
+      if (c == 0xF4) high = 0x8F;  // nothing above U+10FFFF
+    } else {
+      return false;  // a continuation byte first, 0xC0, 0xC1, or 0xF5 and up
+    }
+    if (n - i <= extra) return false;
+    if (s[i + 1] < low || s[i + 1] > high) return false;
+    for (size_t k = 2; k <= extra; ++k)
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+    i += extra + 1;
   }
   return true;
+}
+
+}  // namespace detail
+
+// Why bytes are not one well-formed msgpack value (check_value, check_message).
+enum class Problem : uint8_t {
+  kNone,
+  kTruncated,    // the data ends inside a header or a value
+  kTooLong,      // a header claims more items or bytes than the bytes left can hold
+  kTooDeep,      // arrays and maps nested deeper than the limit
+  kInvalidByte,  // 0xC1, the one byte msgpack never uses
+  kInvalidUtf8,  // a str that is not UTF-8
+  kTrailing,     // bytes after the value
+};
+
+struct Check {
+  Problem problem = Problem::kNone;
+  size_t offset = 0;     // the header at fault; the end of the data for kTruncated
+  uint64_t claimed = 0;  // kTooLong: the items (arrays), entries (maps) or bytes claimed
+  uint8_t header = 0;    // the header byte at `offset` (not for kTruncated, kTrailing)
+  bool ok() const { return problem == Problem::kNone; }
+};
+
+// Reads one msgpack value at data[at, size) without decoding it: every length
+// is checked against the bytes left before it is used (a container must fit
+// one byte per item, two per map entry), so no reader that trusts it allocates
+// more than a constant times the input; arrays and maps may nest at most
+// max_depth deep, counting the containers the value is inside (`depth` of
+// them) and itself; every str, map keys included, is UTF-8. Iterative,
+// O(bytes). On success `at` is just past the value.
+inline Check check_value(const uint8_t* data, size_t size, size_t& at, uint32_t depth,
+                         uint32_t max_depth) {
+  // left[0..top): per open container, the values still to read in it; left[0]
+  // is the value itself. A container is opened only within the depth limit, so
+  // the stack never holds more than max_depth - depth + 1 entries.
+  constexpr size_t kInline = 72;
+  const size_t need = depth >= max_depth ? 1 : size_t{max_depth - depth} + 1;
+  uint64_t inline_left[kInline];
+  std::vector<uint64_t> heap_left;
+  uint64_t* left = inline_left;
+  if (need > kInline) {
+    heap_left.resize(need);
+    left = heap_left.data();
+  }
+  size_t top = 0;
+  left[top++] = 1;
+  while (top > 0) {
+    // A run of fixed-size values (token ids, hashes) in one tight loop.
+    uint64_t n = left[top - 1];
+    while (n != 0) {
+      if (at >= size) return {Problem::kTruncated, size};
+      const uint8_t fixed = detail::kFixedSizes.size[data[at]];
+      if (fixed == 0) break;
+      if (size - at < fixed) return {Problem::kTruncated, size};
+      at += fixed;
+      --n;
+    }
+    if (n == 0) {
+      --top;
+      continue;
+    }
+    left[top - 1] = n - 1;  // the value read next is one of them
+    const uint8_t tag = data[at];
+    const size_t rest = size - at;
+    if ((tag & 0xE0) == 0x80 || (tag >= 0xDC && tag <= 0xDF)) {  // array or map
+      const bool fix = tag < 0xA0;                  // fixmap 0x8_, fixarray 0x9_
+      const bool map = fix ? tag < 0x90 : tag >= 0xDE;
+      const size_t head = fix ? 1 : (tag & 1) == 0 ? 3 : 5;  // 16-bit or 32-bit count
+      if (rest < head) return {Problem::kTruncated, size};
+      uint64_t count = fix ? tag & 0x0Fu : 0;
+      for (size_t i = 1; i < head; ++i) count = (count << 8) | data[at + i];
+      const uint64_t per = map ? 2 : 1;  // bytes an item takes at the least
+      if (count > (rest - head) / per) return {Problem::kTooLong, at, count, tag};
+      if (depth + top > max_depth) return {Problem::kTooDeep, at, 0, tag};
+      at += head;
+      if (count != 0) left[top++] = count * per;
+    } else if (tag == 0xC1) {
+      return {Problem::kInvalidByte, at, 0, tag};
+    } else {  // str (fix, 8, 16, 32), bin 8..32, ext 8..32
+      size_t width, head;
+      uint64_t length = 0;
+      if ((tag & 0xE0) == 0xA0) {
+        width = 0;
+        head = 1;
+        length = tag & 0x1Fu;
+      } else {
+        const uint8_t first = tag >= 0xD9 ? 0xD9 : tag >= 0xC7 ? 0xC7 : 0xC4;
+        width = size_t{1} << (tag - first);
+        head = 1 + width + (first == 0xC7 ? 1 : 0);  // an ext also has its type byte
+      }
+      if (rest < head) return {Problem::kTruncated, size};
+      for (size_t i = 1; i <= width; ++i) length = (length << 8) | data[at + i];
+      if (length > rest - head) return {Problem::kTooLong, at, length, tag};
+      const bool str = tag <= 0xBF || tag >= 0xD9;
+      if (str && !detail::valid_utf8(data + at + head, static_cast<size_t>(length)))
+        return {Problem::kInvalidUtf8, at, 0, tag};
+      at += head + static_cast<size_t>(length);
+    }
+  }
+  return {};
+}
+
+// check_value over a whole message: one value, nothing after it.
+inline Check check_message(const uint8_t* data, size_t size, uint32_t max_depth) {
+  size_t at = 0;
+  Check c = check_value(data, size, at, 0, max_depth);
+  if (c.ok() && at != size) c = {Problem::kTrailing, at};
+  return c;
+}
+
+namespace detail {
+
+// Skips one value of any type inside `depth` containers (see check_value).
+inline bool skip_value(Reader& r, uint32_t depth, uint32_t max_depth) {
+  return check_value(r.data, r.size, r.at, depth, max_depth).ok();
 }
 
 // Token ids of a vocabulary above 65,536 come as a random mix of uint 16 and
@@ -362,8 +489,8 @@ inline bool read_field(Reader& r, FieldKind kind, ScannedBatch& out, FieldValue&
       v.present = true;
       v.value = bits;
       return true;
-    case FieldKind::kStrOrNil:
-      v.present = read_str(r, v.begin, v.count);
+    case FieldKind::kStrOrNil:  // UTF-8 as check_message has it, so what is taken passes it
+      v.present = read_str(r, v.begin, v.count) && valid_utf8(r.data + v.begin, v.count);
       return v.present;
     case FieldKind::kNil:
       return false;
@@ -379,10 +506,19 @@ inline bool key_is(const Reader& r, size_t begin, size_t length, const std::stri
 
 class BatchScanner {
  public:
+  // The batch nests its own values at most 4 deep (batch, events, event, an
+  // array field), so with max_depth at least that every batch it takes passes
+  // check_message(max_depth): a skipped value nested deeper is refused, and the
+  // exact decoder then reports the depth.
+  static constexpr uint32_t kOwnDepth = 4;
+
   // Throws std::invalid_argument when two specs give one field name different
-  // kinds, or when there are more specs than a type index holds.
-  explicit BatchScanner(std::vector<EventSpec> specs) : specs_(std::move(specs)) {
+  // kinds, when there are more specs than a type index holds, or when
+  // max_depth is below kOwnDepth.
+  BatchScanner(std::vector<EventSpec> specs, uint32_t max_depth)
+      : specs_(std::move(specs)), max_depth_(max_depth) {
     if (specs_.size() > UINT16_MAX) throw std::invalid_argument("too many event specs");
+    if (max_depth_ < kOwnDepth) throw std::invalid_argument("max_depth must be at least 4");
     for (size_t a = 0; a < specs_.size(); ++a) {
       for (const auto& fa : specs_[a].fields) {
         ++slots_;
@@ -422,7 +558,7 @@ class BatchScanner {
         out.rank = static_cast<int64_t>(bits);
       }
       for (uint64_t i = 3; i < elements; ++i) {  // later elements are ignored
-        if (!detail::skip_value(r)) return false;
+        if (!detail::skip_value(r, 1, max_depth_)) return false;
       }
     }
     return r.at == r.size;
@@ -476,7 +612,7 @@ class BatchScanner {
         for (size_t k = 0; k < kl; ++k) {
           if (r.data[kb + k] >= 0x80) return false;  // leave non-ASCII keys to the exact path
         }
-        if (!detail::skip_value(r)) return false;
+        if (!detail::skip_value(r, 3, max_depth_)) return false;  // inside an event's map
       }
     }
     if (type < 0) return false;  // no type key
@@ -500,6 +636,7 @@ class BatchScanner {
 
   static inline const std::string kType = "type";
   std::vector<EventSpec> specs_;
+  uint32_t max_depth_;
   size_t slots_ = 0;  // fields over all specs
 };
 

@@ -10,18 +10,23 @@
 //  * Keys are cut down to whole pages of page_size tokens before use.
 //  * A logical clock advances by one at the start of every match_prefix and
 //    insert; nodes on the walked path take that stamp as their last access.
-//  * match_prefix adds one to the hit count of every node on the matched path
-//    (kept only under LFU, the one order that reads it) and splits the edge
-//    where the match ends inside it. A match of length 0 names node 0, the
-//    default namespace's root, whatever the namespace.
+//  * Hit counts (kept only under LFU, the one order that reads them) count
+//    inserts, as SGLang's trees do: an insert adds one to every node on its
+//    walked path that ends past its first `counted` tokens, and its new leaf
+//    starts at one (zero if the key ends within `counted`). match_prefix
+//    counts nothing.
+//  * match_prefix splits the edge where the match ends inside it. A match of
+//    length 0 names node 0, the default namespace's root, whatever the
+//    namespace.
 //  * A namespace other than the default has a root only while it holds a
 //    page: an insert of no whole page creates none, and the eviction of its
 //    last leaf frees the root (its id is reported by take_dropped_namespaces).
 //  * Every new node (a new leaf, or the upper half of a split) takes the next
 //    serial number. The upper half of a split copies the lock count, hit
 //    count, last access, creation stamp and priority of the node it was cut
-//    from; the lower half keeps its id (so handles to it stay
-//    valid) and the locks taken on it.
+//    from (the creation stamp as SGLang's default UnifiedRadixCache keeps it;
+//    its legacy RadixCache stamps the upper half as new); the lower half keeps
+//    its id (so handles to it stay valid) and the locks taken on it.
 //  * unlock(id) releases a lock taken on that very node; a count that only
 //    comes from locked descendants is not its to release.
 //  * The eviction order is ascending by key: lru (last access, serial),
@@ -71,7 +76,7 @@ struct alignas(64) Node {
   uint64_t created = 0;
   uint64_t serial = 0;
   uint32_t ns = 0;         // a root's namespace id
-  uint32_t hit_count = 0;  // kept only under LFU (the one order that reads it); saturates
+  uint32_t hit_count = 0;  // inserts through it; kept only under LFU (its one reader); saturates
   uint32_t depth = 0;      // tokens from the root to the end of this node
   uint32_t own_locks = 0;  // locks taken on this node itself (lock_count adds descendants')
   bool alive = false;
@@ -204,7 +209,7 @@ class RadixTree {
     ++stats_.lookups;
     const uint32_t root = root_of(ns);
     if (root == kNoNode) return {0, 0};
-    const Walk w = walk<WalkMode::kMatch>(root, key, n, 0);
+    const Walk w = walk<WalkMode::kMatch>(root, key, n, 0, 0);
     stats_.hit_tokens += w.length;
     // Namespace roots never escape as handles, so an emptied one can be freed.
     return w.length == 0 ? MatchOutcome{0, 0} : MatchOutcome{w.node, w.length};
@@ -213,8 +218,10 @@ class RadixTree {
   // Stores key[0..n) (cut to whole pages) with its values (null: the tokens
   // themselves). Returns how much was already cached. With a capacity, first
   // evicts to make room; if that is impossible, returns fits=false unchanged.
+  // `counted`: leading tokens of key whose nodes an earlier insert by the same
+  // caller already counted as a hit (SGLang's inserted_len); see the file comment.
   InsertOutcome insert(uint32_t ns, const Token* key, const Value* values, size_t n,
-                       int64_t priority) {
+                       int64_t priority, uint64_t counted = 0) {
     n -= n % page_size_;
     detail::check_key_length(n);
     InsertOutcome out;
@@ -225,11 +232,12 @@ class RadixTree {
       if (n == 0) return out;  // an empty namespace costs nothing
       root = make_root(ns);
     }
-    const Walk w = walk<WalkMode::kInsert>(root, key, n, priority);
+    const Walk w = walk<WalkMode::kInsert>(root, key, n, priority, counted);
     out.prefix_length = w.length;
     if (w.length < n) {
       add_leaf(w.node, key + w.length, values == nullptr ? nullptr : values + w.length,
-               static_cast<uint32_t>(n - w.length), priority);
+               static_cast<uint32_t>(n - w.length), priority,
+               policy_ == EvictionPolicy::kLfu && n > counted ? 1 : 0);
     }
     return out;
   }
@@ -463,7 +471,7 @@ class RadixTree {
   }
 
   template <WalkMode mode>
-  Walk walk(uint32_t root, const Token* key, uint64_t n, int64_t priority) {
+  Walk walk(uint32_t root, const Token* key, uint64_t n, int64_t priority, uint64_t counted) {
     uint32_t node = root;
     uint32_t deepest = root;
     uint64_t pos = 0;
@@ -493,10 +501,12 @@ class RadixTree {
       }
       Node& t = nodes_[c];
       t.last_access = clock_;
-      if constexpr (mode == WalkMode::kMatch) {
-        if (policy_ == EvictionPolicy::kLfu && t.hit_count != UINT32_MAX) ++t.hit_count;
+      if constexpr (mode == WalkMode::kInsert) {
+        t.priority = std::max(t.priority, priority);
+        // A hit per insert through the node, unless this caller counted it before.
+        if (policy_ == EvictionPolicy::kLfu && pos + m > counted && t.hit_count != UINT32_MAX)
+          ++t.hit_count;
       }
-      if constexpr (mode == WalkMode::kInsert) t.priority = std::max(t.priority, priority);
       // Only an unlocked leaf is in the heap; checking that first skips a
       // lookup in the heap's position array for every inner node.
       if (t.children.empty() && t.lock_count == 0) heap_.update(c, key_of(t));
@@ -527,7 +537,7 @@ class RadixTree {
   }
 
   void add_leaf(uint32_t parent, const Token* key, const Value* values, uint32_t len,
-                int64_t priority) {
+                int64_t priority, uint32_t hit_count) {
     const LabelRef ref = arena_.allocate(key, values, len);
     const uint32_t x = nodes_.allocate();
     Node& xn = nodes_[x];
@@ -537,7 +547,8 @@ class RadixTree {
     xn.label = arena_.tokens(ref.chunk, ref.offset);
     xn.length = len;
     xn.depth = pn.depth + len;
-    xn.lock_count = xn.hit_count = xn.own_locks = 0;
+    xn.lock_count = xn.own_locks = 0;
+    xn.hit_count = hit_count;
     xn.last_access = xn.created = clock_;
     xn.priority = priority;
     xn.serial = ++serial_;
@@ -570,7 +581,7 @@ class RadixTree {
   bool make_room(uint32_t ns, const Token* key, size_t n, InsertOutcome* out) {
     const uint32_t root = root_of(ns);
     Walk w{root, 0, root};
-    if (root != kNoNode) w = walk<WalkMode::kDry>(root, key, n, 0);
+    if (root != kNoNode) w = walk<WalkMode::kDry>(root, key, n, 0, 0);
     out->new_tokens = n - w.length;
     if (total_size() + out->new_tokens <= capacity_) return true;
     const uint64_t need = total_size() + out->new_tokens - capacity_;

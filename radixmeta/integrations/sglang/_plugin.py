@@ -60,6 +60,15 @@ _ABSTRACT = frozenset(
 # SGLang's eviction policy names that radixmeta implements, with the same meaning
 # (docs/cache.md gives the orders); the others are refused at startup.
 EVICTION_POLICIES = ("lru", "lfu", "fifo", "priority")
+# The other names SGLang 0.5.23 takes (its --radix-eviction-policy choices are lru,
+# lfu, slru, priority and tlru; its strategy table adds fifo, mru and filo), and why
+# each is refused.
+_REFUSED_POLICIES = {
+    "slru": "its segmented order (hit count past a threshold, then recency) is not implemented",
+    "tlru": "SGLang keeps T-LRU's per-branch history only in its own UnifiedRadixCache",
+    "mru": "a most-recently-used order is not implemented",
+    "filo": "a last-in-first-out order is not implemented",
+}
 _MATCH_FIELDS = ("device_prefix_len", "last_device_node", "last_host_node", "best_match_node")
 
 
@@ -216,9 +225,10 @@ def configuration_problems(ctx: Any) -> list[str]:
             problems.append(f"{what} needs SGLang's own UnifiedRadixCache")
     policy = str(getattr(params, "eviction_policy", "lru")).lower()
     if policy not in EVICTION_POLICIES:
+        reason = _REFUSED_POLICIES.get(policy, "SGLang 0.5.23 has no such policy either")
         problems.append(
             f"--radix-eviction-policy {policy} is not one of radixmeta's "
-            f"({', '.join(EVICTION_POLICIES)})"
+            f"({', '.join(EVICTION_POLICIES)}): {reason}"
         )
     if getattr(params, "eviction_policy_config", None):
         problems.append(

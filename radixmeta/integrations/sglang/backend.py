@@ -24,16 +24,18 @@ What the scheduler calls, and what each call costs here:
 
 from __future__ import annotations
 
+import logging
 import time
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from radixmeta import EventLog, RadixCache
 from radixmeta._records import Cleared, Removed, Stored
-from radixmeta.errors import LogTruncatedError
+from radixmeta.errors import InvalidInputError, LogTruncatedError
 from radixmeta.integrations.sglang._hashes import EventHasher, Namespace, signed
 
 if TYPE_CHECKING:
@@ -76,7 +78,26 @@ else:
     # serves them all (SGLang's unified tree replays per-component ones).
     _RECEIPT = DecLockRefParams()
 
-__all__ = ["RadixMetaPrefixCache"]
+__all__ = ["BackendStats", "RadixMetaPrefixCache"]
+
+logger = logging.getLogger(__name__)
+
+_TOKEN_LIMIT = 2**32  # radixmeta's token ids are uint32
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """What the backend counted besides the tree's own :class:`~radixmeta.CacheStats`.
+
+    Attributes
+    ----------
+    out_of_range_keys : int
+        Keys (matches, stores, touches) holding a token id outside
+        ``[0, 2**32)``, which radixmeta cannot store: each was served up to
+        the last whole page before its first such id, the rest as a miss.
+    """
+
+    out_of_range_keys: int = 0
 
 # The event log is a ring: it keeps the latest records (their paths in all at most
 # _LOG_TOKENS tokens, 16 MiB) whether or not they were read. The scheduler drains it every
@@ -102,8 +123,10 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
     Node handles are :class:`radixmeta.Node` objects; a request holds one in
     ``req.last_node``. Namespaces: a key's ``(extra_key, cache_salt)`` pair, as
     SGLang's own trees keep them apart (see
-    :class:`~radixmeta.integrations.sglang._hashes.Namespace`). Token ids must
-    lie in ``[0, 2**32)``; another raises ``InvalidInputError`` naming it.
+    :class:`~radixmeta.integrations.sglang._hashes.Namespace`). A token id
+    outside radixmeta's ``[0, 2**32)`` never raises in the scheduler: the key
+    is served up to the last whole page before it, the rest is a miss (counted
+    in :attr:`stats`, logged once).
     """
 
     def __init__(self, params: Any) -> None:
@@ -137,6 +160,7 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         self._table: Any = None  # the request pool's tensor, and a numpy view of it
         self._table_np: Any = None
         self._seen = -1  # the last log record turned into events
+        self._out_of_range = 0
         if getattr(params, "enable_metrics", False):
             self.init_metrics_collector()
         self.reset()
@@ -194,7 +218,11 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         Complexity: O(len(key) + nodes on the path); no slot is copied.
         """
         tree_key, namespace = self._tree_key(params.key)
-        m = self._cache.match_prefix(tree_key, namespace=namespace, values=False)
+        try:
+            m = self._cache.match_prefix(tree_key, namespace=namespace, values=False)
+        except InvalidInputError as exc:
+            tree_key = self._servable(tree_key, exc)
+            m = self._cache.match_prefix(tree_key, namespace=namespace, values=False)
         node = m.node
         return MatchResult(m.length, node, node, node)
 
@@ -221,7 +249,18 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
         row = self._row(kv.req_pool_idx)
         priority = req.priority or 0
         cache = self._cache
-        prefix = cache.insert(tree_key, row[:length], namespace=namespace, priority=priority)
+        # The nodes this request stored before were counted then (LFU's hits).
+        counted = kv.cache_inserted_len
+        try:
+            prefix = cache.insert(
+                tree_key, row[:length], namespace=namespace, priority=priority, counted=counted
+            )
+        except InvalidInputError as exc:  # an id radixmeta cannot hold: store up to it
+            tree_key = self._servable(tree_key, exc)
+            length = len(tree_key)
+            prefix = cache.insert(
+                tree_key, row[:length], namespace=namespace, priority=priority, counted=counted
+            )
         kv.cache_inserted_len = max(kv.cache_inserted_len, length)
         # The prompt's own key (bigrams are one fewer than their raw tokens): the
         # leaf is cut there, one priority higher, so eviction can drop the output alone.
@@ -236,6 +275,7 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
                 row[:prompt],
                 namespace=namespace,
                 priority=min(priority + 1, 2**63 - 1),
+                counted=prompt,  # only cuts the leaf: no store to count
             )
         duplicates = prefix > protected
         if duplicates:
@@ -327,9 +367,22 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
             values: Any = None
         else:
             values = _host_int64(value[:length])
-        prefix = self._cache.insert(
-            tree_key, values, namespace=namespace, priority=params.priority or 0
-        )
+
+        def store(key: Any) -> int:
+            return self._cache.insert(
+                key,
+                values if values is None else values[: len(key)],
+                namespace=namespace,
+                priority=params.priority or 0,
+                counted=params.inserted_len or 0,  # what this request stored before
+            )
+
+        try:
+            prefix = store(tree_key)
+        except InvalidInputError as exc:  # an id radixmeta cannot hold: store up to it
+            tree_key = self._servable(tree_key, exc)
+            length = len(tree_key)
+            prefix = store(tree_key)
         node = self._cache.match_prefix(tree_key, namespace=namespace, values=False).node
         return InsertResult(prefix_len=prefix, total_len=length, last_device_node=node)
 
@@ -353,12 +406,55 @@ class RadixMetaPrefixCache(BasePrefixCache):  # type: ignore[misc]
     def touch_prefix(self, key: Any) -> None:
         """Refresh the recency of ``key``'s cached path (a match that returns nothing)."""
         tree_key, namespace = self._tree_key(key)
-        self._cache.match_prefix(tree_key, namespace=namespace, values=False)
+        try:
+            self._cache.match_prefix(tree_key, namespace=namespace, values=False)
+        except InvalidInputError as exc:
+            tree_key = self._servable(tree_key, exc)
+            self._cache.match_prefix(tree_key, namespace=namespace, values=False)
+
+    def _servable(self, tree_key: Any, refusal: InvalidInputError) -> Any:
+        """The part of ``tree_key`` radixmeta can hold, after it refused the whole key.
+
+        SGLang's trees take any int64 id; radixmeta's ids are uint32. The key is
+        cut before its first id outside ``[0, 2**32)``, down to whole pages, so
+        the request is served up to there and misses the rest: a miss, never an
+        exception in the scheduler loop. Counted in :attr:`stats`, logged once.
+        Any other ``refusal`` is raised again (a bug, not a request's content).
+        Complexity: O(len(tree_key)), only on this slow path.
+        """
+        tokens = np.asarray(tree_key, dtype=None if _is_int64(tree_key) else object)
+        if tokens.ndim != 1:
+            raise refusal
+        bad = np.flatnonzero((tokens < 0) | (tokens >= _TOKEN_LIMIT))
+        if not len(bad):
+            raise refusal
+        first = int(bad[0])
+        if self._out_of_range == 0:
+            logger.warning(
+                "radixmeta: token id %s at position %d is outside [0, 2**32): this key "
+                "and any other like it is cached only up to such an id (logged once; "
+                "counted in the cache's stats.out_of_range_keys)",
+                tokens[first],
+                first,
+            )
+        self._out_of_range += 1
+        return tree_key[: first // self.page_size * self.page_size]
+
+    @property
+    def stats(self) -> BackendStats:
+        """What the backend counted (see :class:`BackendStats`)."""
+        return BackendStats(out_of_range_keys=self._out_of_range)
 
     def supports_fast_match_prefix(self) -> bool:
-        # A native match costs about a microsecond: the scheduler may match every
-        # waiting request each step, as it does for the Rust core.
-        return True
+        """False, as SGLang's own trees answer: the scheduler then does less.
+
+        True makes ``calc_priority`` match every waiting request on every pass
+        under ``fcfs`` (and under ``lpm`` past 128 waiting) and skip the
+        waiting-prefix touch, a cost that grows with the queue; False keeps
+        SGLang's default pass, and its LRU order (bench/sglang_scheduling.py,
+        docs/sglang.md).
+        """
+        return False
 
     def supports_prefix_sharing(self) -> bool:
         return True
@@ -510,6 +606,10 @@ def _int64_view(tokens: Any) -> Any:
 
 
 _NO_TOKENS = np.empty(0, dtype=np.int64)
+
+
+def _is_int64(tokens: Any) -> bool:
+    return isinstance(tokens, np.ndarray) and tokens.dtype == np.int64
 
 
 def _host_int64(slots: Any) -> Any:

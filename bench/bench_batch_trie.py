@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Large dispatch batches: the batch trie alone, and ``Router.dispatch_batch`` end to end.
+
+Run: ``python bench/bench_batch_trie.py`` (``--sizes 20000 100000`` by default,
+``--quick`` for 2,000 and 20,000, ``--json out.json`` to keep every number). Set
+``OPENBLAS_NUM_THREADS=1`` on a small shared machine. Not part of the test suite.
+
+Workloads (page size 16, prompts of 256 tokens, numpy uint32, seed 0):
+
+* ``distinct``: no two prompts share a page, so the trie's root has one child per
+  prompt (the case a linear scan of children makes quadratic).
+* ``system``: every prompt starts with the same one-page system prompt, then its
+  own tokens: one node with a child per prompt, one level down.
+* ``groups``: 64 groups of a 128-token prefix, then 128 tokens of the prompt's own.
+
+Rows, per workload and batch size (one run each, the sizes are large):
+
+* ``prefix_links``: the native trie of the batch alone (``_core.prefix_links``).
+* ``group_runs``: ``_core.prefix_group_runs``, what the router calls (the trie and
+  the lists it hands out).
+* ``dispatch_batch``: a fresh 8-worker ``Router`` (exact mode, the default policy)
+  deciding the whole batch; then the native calls it makes, each timed alone
+  (:func:`native_parts`), and what is left: the router's and the policy's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # the checkout's radixmeta
+
+from radixmeta import Router
+from radixmeta._impl import backend
+
+PAGE = 16
+PROMPT = 256
+WORKERS = 8
+GROUPS = 64
+
+
+def distinct(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    # Ids from a 2**31 range: two prompts sharing a whole first page is out of the question.
+    return list(rng.integers(0, 2**31, (n, PROMPT), dtype=np.uint32))
+
+
+def system(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    prompts = distinct(n, rng)
+    head = rng.integers(0, 2**31, PAGE, dtype=np.uint32)
+    for p in prompts:
+        p[:PAGE] = head
+    return prompts
+
+
+def groups(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    prefixes = rng.integers(0, 2**31, (GROUPS, PROMPT // 2), dtype=np.uint32)
+    prompts = distinct(n, rng)
+    for k, p in enumerate(prompts):
+        p[: PROMPT // 2] = prefixes[k % GROUPS]
+    return prompts
+
+
+WORKLOADS: dict[str, Callable[[int, np.random.Generator], list[np.ndarray]]] = {
+    "distinct": distinct,
+    "system": system,
+    "groups": groups,
+}
+
+
+def timed(call: Callable[..., Any], *args: Any) -> float:
+    """Seconds of one ``call(*args)``, the garbage collector on (as in a router)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - t0
+
+
+def fresh_router() -> Router:
+    router = Router(PAGE)
+    for i in range(WORKERS):
+        router.add_worker(f"w{i}")
+    return router
+
+
+def native_parts(prompts: list[np.ndarray]) -> dict[str, float]:
+    """Seconds of the native calls one ``dispatch_batch`` makes, each timed on its own.
+
+    On a fresh 8-worker router's tree, as ``dispatch_batch`` meets it: every prompt's
+    ``MetaTree.match`` (cursor form), the batch's ``prefix_group_runs``, and one
+    ``hold`` per match (exact mode's optimistic mark). What ``dispatch_batch`` takes
+    beyond their sum is its Python: ``radixmeta/router.py``, the policy, ``_batch.py``.
+    """
+    router = fresh_router()
+    tree = router.tree
+    worker = router.workers[0]
+    gc.collect()
+    t0 = time.perf_counter()
+    matches = [tree.match(p, cursor=True) for p in prompts]
+    t1 = time.perf_counter()
+    backend.prefix_group_runs(prompts, PAGE, router.group_ratio)
+    t2 = time.perf_counter()
+    for m in matches:
+        m.hold(worker)
+    t3 = time.perf_counter()
+    return {"match": t1 - t0, "group_runs": t2 - t1, "hold": t3 - t2}
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True, cwd=os.path.dirname(__file__))
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--quick", action="store_true", help="sizes 2,000 and 20,000")
+    parser.add_argument("--no-router", action="store_true", help="the trie rows only")
+    parser.add_argument("--no-split", action="store_true", help="skip the native parts' rows")
+    parser.add_argument("--json", metavar="OUT", help="write every number here")
+    args = parser.parse_args()
+    sizes = [2_000, 20_000] if args.quick else args.sizes
+    results: list[dict[str, Any]] = []
+    print(f"page {PAGE}, prompts of {PROMPT} tokens, {WORKERS} workers; seconds, one run each")
+    print(f"{'workload':<10}{'requests':>10}{'prefix_links':>14}{'group_runs':>12}"
+          f"{'dispatch_batch':>16}{'us/request':>12}")
+    for name in args.workloads:
+        for n in sizes:
+            prompts = WORKLOADS[name](n, np.random.default_rng(0))
+            row: dict[str, Any] = {"workload": name, "requests": n}
+            row["prefix_links"] = timed(backend.prefix_links, prompts, PAGE, 0.5)
+            row["group_runs"] = timed(backend.prefix_group_runs, prompts, PAGE, 0.5)
+            line = (f"{name:<10}{n:>10,}{row['prefix_links']:>14.3f}"
+                    f"{row['group_runs']:>12.3f}")
+            if not args.no_router:
+                row["dispatch_batch"] = timed(fresh_router().dispatch_batch, prompts)
+                line += f"{row['dispatch_batch']:>16.3f}{row['dispatch_batch'] / n * 1e6:>12.2f}"
+            print(line, flush=True)
+            if not args.no_router and not args.no_split:
+                row["native"] = native_parts(prompts)
+            results.append(row)
+    split = [r for r in results if "native" in r]
+    if split:
+        print("\nwhere dispatch_batch's time goes (seconds; the native calls timed alone)")
+        print(f"{'workload':<10}{'requests':>10}{'match':>9}{'group_runs':>12}{'hold':>8}"
+              f"{'python':>9}{'python %':>10}")
+        for r in split:
+            native = r["native"]
+            python = r["dispatch_batch"] - sum(native.values())
+            r["python"] = python
+            print(f"{r['workload']:<10}{r['requests']:>10,}{native['match']:>9.3f}"
+                  f"{native['group_runs']:>12.3f}{native['hold']:>8.3f}{python:>9.3f}"
+                  f"{100 * python / r['dispatch_batch']:>9.0f}%")
+    if args.json:
+        meta = {"platform": platform.platform(), "python": sys.version.split()[0],
+                "commit": commit(), "page": PAGE, "prompt": PROMPT, "workers": WORKERS}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
