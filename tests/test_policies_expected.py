@@ -147,3 +147,29 @@ def test_a_prefix_only_the_routers_holds_show_is_in_flight_so_it_stays() -> None
     # keeps would not survive; this one keeps 5,950 / (5,950 + 7,100) of it.
     assert nxt.lengths[a] == 4050 and nxt.matched == round(4050 * 5950 / 13_050)
     router.finish(turn.request_id)
+
+
+def test_the_estimate_is_aligned_with_the_views_workers_when_some_are_down() -> None:
+    # Three workers, the middle one down: views list two, and so does their estimate,
+    # on the dispatch path, the batch path of choose_batch, and that of choose by groups.
+    for policy_name in ("longest_prefix", "cache_aware"):
+        spy = Always()
+        router = Router(policy=spy, mode="approximate")
+        a = router.add_worker("a", capacity=10_000)
+        down = router.add_worker("b", capacity=10_000)
+        c = router.add_worker("c", capacity=10_000)
+        router.mark_down(down)
+        router.finish(router.dispatch(tokens(4000, 100, 0)).request_id)  # a holds it
+        router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
+        d = router.dispatch(tokens(4000, 100, 1))
+        view = spy.views[-1]
+        assert view.workers == (a, c) and view.expected == [2000, 0] and d.matched == 2000
+        if policy_name == "longest_prefix":
+            router.policy = policy_name  # choose_batch: the estimate in every view
+            got = router.dispatch_batch([tokens(4000, 100, 2), tokens(4000, 100, 3)])
+        else:
+            router.policy = spy  # no choose_batch: by groups, through choose
+            got = router.dispatch_batch([tokens(4000, 100, 2), tokens(4000, 100, 3)])
+            assert spy.views[-1].workers == (a, c) and len(spy.views[-1].expected or []) == 2
+        assert {x.worker for x in got} <= {a, c}
+        assert got[0].matched < 4000 and got[1].matched == 4000  # the second shares the batch's
