@@ -24,7 +24,7 @@ from radixmeta.sim.traces import Cell, Result, met_rows, spread_arrivals, verdic
 
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    shape = trace_shape("chat", sessions=40, duration=120.0)
+    shape = trace_shape("chat", sessions=20, duration=60.0)  # small: quick on the Python oracle
     return write_trace(tmp_path_factory.mktemp("traces") / "small.jsonl", shape, seed=4)
 
 
