@@ -28,6 +28,7 @@ exception types with the same messages (``tests/test_errors.py`` and
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -254,3 +255,14 @@ def check_flag(name: str, value: Any) -> bool:
         msg = f"{name} must be a bool, got {type(value).__name__}"
         raise InputTypeError(msg)
     return value
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """Validate a duration argument: a finite number of seconds, at least 0."""
+    if isinstance(value, _BOOLS) or not isinstance(value, (int, float)):
+        msg = f"{name} must be a number of seconds, got {type(value).__name__}"
+        raise InputTypeError(msg)
+    if not 0 <= value < math.inf:  # also refuses NaN
+        msg = f"{name} must be a finite number of seconds >= 0, got {value!r}"
+        raise InvalidInputError(msg)
+    return float(value)

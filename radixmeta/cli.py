@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+import os
 import signal
 import sys
 import threading
@@ -30,7 +32,7 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from rich.live import Live
 from rich.table import Table
 
-from radixmeta.errors import RadixMetaError
+from radixmeta.errors import InvalidInputError, RadixMetaError
 from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 
 __all__ = ["main"]
@@ -47,7 +49,10 @@ _COLUMNS = (
     ("lag", "lag_records"),
     ("lag s", "lag_seconds"),
     ("stale", "stale"),
+    ("engine bs", "block_size"),  # the engine's block size, when it is not --block-size
 )
+
+_log = logging.getLogger("radixmeta.listen")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -126,7 +131,12 @@ def _parser() -> argparse.ArgumentParser:
         "--dp-size", type=int, default=1, help="data-parallel ranks per worker (ports base+rank)"
     )
     listen.add_argument("--topic", default="", help="topic prefix to subscribe to")
-    listen.add_argument("--json-out", metavar="FILE", help="write the final state here on exit")
+    listen.add_argument(
+        "--json-out",
+        metavar="FILE",
+        help="write the final state here on exit, whatever ended it (checked writable at start; "
+        "the schema is on the Events page of the docs)",
+    )
     listen.add_argument(
         "--exit-after-idle", type=float, metavar="SECONDS", help="stop after this long idle"
     )
@@ -151,6 +161,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="when the fleet is quiet, ask the replay sockets this often for batches lost at "
         "the tail of a burst (0: never)",
+    )
+    listen.add_argument(
+        "--restart-window",
+        type=int,
+        default=16,
+        metavar="N",
+        help="a seq lower than the last applied by more than N is a restarted worker (after "
+        "the publisher reconnects, any seq at or below it is)",
+    )
+    listen.add_argument(
+        "--max-pending",
+        type=int,
+        default=65_536,
+        metavar="N",
+        help="records one worker may have waiting; past it the worker is repaired or resynced",
     )
     listen.add_argument("--no-table", action="store_true", help="print no live table")
     return parser
@@ -182,7 +207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _rows(state: list[dict[str, Any]], block_size: int) -> Iterator[list[str]]:
     for w in state:
         w = {**w, "blocks": w["tokens"] // block_size}
-        yield [str(w[key]) if key != "stale" else ("yes" if w[key] else "") for _, key in _COLUMNS]
+        yield [_cell(key, w[key]) for _, key in _COLUMNS]
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "stale":
+        return "yes" if value else ""
+    if key == "block_size":
+        return "" if value is None else f"{value}!"
+    return str(value)
 
 
 def _table(state: list[dict[str, Any]], block_size: int, title: str) -> Table:
@@ -227,6 +260,8 @@ def _serve_metrics(subscription: FleetSubscription, host: str, port: int) -> Any
 
 def _listen(args: argparse.Namespace) -> int:
     workers = [WorkerEndpoint.parse(spec, args.dp_size) for spec in args.worker]
+    if args.json_out:
+        _check_writable(args.json_out)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     metrics = None
@@ -238,32 +273,46 @@ def _listen(args: argparse.Namespace) -> int:
             topic=args.topic.encode(),
             replay_timeout=args.replay_timeout,
             snapshot_timeout=args.snapshot_timeout,
+            restart_window=args.restart_window,
+            max_pending=args.max_pending,
         ) as subscription:
-            if args.metrics_port is not None:
-                metrics = _serve_metrics(subscription, args.metrics_host, args.metrics_port)
-            _loop(subscription, args, stop)
-            state = subscription.worker_state()
-            if args.json_out:
-                with open(args.json_out, "w") as f:
-                    json.dump(
-                        {
-                            "codec": args.codec,
-                            "block_size": args.block_size,
-                            "decode_errors": subscription.decode_errors,
-                            "snapshot_failures": subscription.snapshot_failures,
-                            "workers": state,
-                            "transport": dataclasses.asdict(subscription.subscriber.stats),
-                        },
-                        f,
-                        indent=2,
-                        default=str,
-                    )
+            try:
+                if args.metrics_port is not None:
+                    metrics = _serve_metrics(subscription, args.metrics_host, args.metrics_port)
+                _loop(subscription, args, stop)
+            finally:  # whatever ended the loop, the state is written
+                if args.json_out:
+                    _write_state(subscription, args)
     finally:
         signal.signal(signal.SIGINT, previous)
         if metrics is not None:
             REGISTRY.unregister(metrics[0])
             metrics[1].shutdown()
     return 0
+
+
+def _check_writable(path: str) -> None:
+    """Refuse a --json-out that could not be written, before listening for an hour."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        msg = f"--json-out {path}: cannot write there (a missing or read-only directory?)"
+        raise InvalidInputError(msg)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        msg = f"--json-out {path}: the file is not writable"
+        raise InvalidInputError(msg)
+
+
+def _write_state(subscription: FleetSubscription, args: argparse.Namespace) -> None:
+    state = {
+        "codec": args.codec,
+        "block_size": args.block_size,
+        "decode_errors": subscription.decode_errors,
+        "snapshot_failures": subscription.snapshot_failures,
+        "workers": subscription.worker_state(),
+        "transport": dataclasses.asdict(subscription.subscriber.stats),
+    }
+    with open(args.json_out, "w") as f:
+        json.dump(state, f, indent=2, default=str)
 
 
 def _loop(subscription: FleetSubscription, args: argparse.Namespace, stop: threading.Event) -> None:
@@ -278,18 +327,29 @@ def _loop(subscription: FleetSubscription, args: argparse.Namespace, stop: threa
     try:
         while not stop.is_set():
             now = time.monotonic()
-            if subscription.poll(timeout=0.1):
-                last_message = now
-            elif args.probe_interval > 0 and now - last_probe >= args.probe_interval:
-                subscription.probe()  # a quiet fleet: look for losses at the tail
-                last_probe = now
-            subscription.replayer.replay(max_seconds=0.05)
-            if live is not None:
-                live.update(_table(subscription.worker_state(), args.block_size, title))
+            try:
+                # Bounded steps: a poll takes at most 4,096 batches, probes and repairs run
+                # in the background, and a replay turn lasts 50 ms at most.
+                if subscription.poll(timeout=0.1, max_messages=4096):
+                    last_message = now
+                elif args.probe_interval > 0 and now - last_probe >= args.probe_interval:
+                    subscription.probe()  # a quiet fleet: look for losses at the tail
+                    last_probe = now
+                subscription.replayer.replay(max_seconds=0.05)
+                if live is not None:
+                    live.update(_table(subscription.worker_state(), args.block_size, title))
+            except Exception:  # a bug must not end the listener: logged, and it goes on
+                _log.exception("a turn of radixmeta listen failed")
+                time.sleep(0.1)
             idle = time.monotonic() - last_message
             if args.exit_after_idle is not None and idle >= args.exit_after_idle:
                 break
-        subscription.replayer.replay()  # what is still pending
+        # What is still pending, and what the repairs in flight bring, within a bound.
+        deadline = time.monotonic() + 3 * args.replay_timeout + 1.0
+        while subscription.replayer.asking and time.monotonic() < deadline:
+            subscription.replayer.replay(max_seconds=0.05)
+            time.sleep(0.01)
+        subscription.replayer.replay(max_seconds=0.5)
     finally:
         if live is not None:
             live.update(_table(subscription.worker_state(), args.block_size, title))

@@ -11,6 +11,7 @@ from radixmeta.events.replay import (
     Replayer,
     ReplaySource,
     ReplayStats,
+    Unavailable,
     WorkerLag,
     batch_mark,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "ReplaySource",
     "ReplayStats",
     "Replayer",
+    "Unavailable",
     "WorkerLag",
     "batch_mark",
 ]

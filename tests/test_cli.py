@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,3 +230,53 @@ def test_listen_shows_its_table_and_stops_when_idle() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "radixmeta listen: 1 streams, codec sglang" in proc.stdout
     assert "quiet" in proc.stdout and "applied" in proc.stdout
+
+
+def test_listen_survives_bad_batches_and_always_writes_its_state(tmp_path: Path) -> None:
+    """A depth bomb, garbage and a wrong block size: counted, shown, warned once; the
+    listener goes on, exits 0 without a traceback and writes --json-out."""
+    base = free_port_block(2)
+    out = tmp_path / "state.json"
+    with ZmqPublisher(f"tcp://127.0.0.1:{base}", bind=True) as pub:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "radixmeta.cli", "listen",
+                "--worker", f"w0=tcp://127.0.0.1:{base}",
+                "--codec", "vllm", "--block-size", "2", "--restart-window", "4",
+                "--exit-after-idle", "1.5", "--json-out", str(out), "--no-table",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert pub.wait_subscribers(1, timeout=20)
+            pub.publish(vllm.encode_batch(EventBatch(1.0, [_stored([0xA], [1, 2])], 0)))
+            pub.publish(b"\x91" * 1000 + b"\xc0")
+            pub.publish(b"\xff\xfe not msgpack")
+            four = BlockStored(np.array([0xB], np.uint64), None, np.arange(4, dtype=np.uint32),
+                               4, medium="GPU")
+            for ts in (4.0, 5.0):
+                pub.publish(vllm.encode_batch(EventBatch(ts, [four], 0)))
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.count("stores blocks of 4 tokens, but the router's block size is 2") == 1
+    (w0,) = json.loads(out.read_text())["workers"]
+    assert w0["intake"]["decode_errors"] == 2 and w0["intake"]["batches"] == 5
+    assert (w0["block_size"], w0["skipped"]["wrong_block_size"]) == (4, 2)
+    assert w0["last_error"] is not None
+
+
+def test_listen_checks_its_json_out_before_it_listens(tmp_path: Path, capsys: Any) -> None:
+    from radixmeta.cli import main
+
+    started = time.monotonic()
+    code = main(["listen", "--worker", "w0=tcp://127.0.0.1:1", "--codec", "vllm",
+                 "--block-size", "2", "--json-out", str(tmp_path / "missing" / "state.json")])
+    assert code == 2 and "cannot write there" in capsys.readouterr().err
+    assert time.monotonic() - started < 5  # refused at once, not after listening

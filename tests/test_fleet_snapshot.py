@@ -24,6 +24,7 @@ import pytest
 
 from radixmeta import EventLog, RadixCache
 from radixmeta.errors import InvalidInputError
+from radixmeta.events import Unavailable
 from radixmeta.ingest import engine_batch
 from radixmeta.publishing import LogPublisher
 from radixmeta.subscription import FleetSubscription, WorkerEndpoint
@@ -292,7 +293,9 @@ def test_a_worker_that_serves_no_snapshot_is_never_asked(
                 lose_in_transit(sub, 1)
         catch_up(sub)
         state = state_of(sub, "w0")
-        assert (state["resyncs"], state["stale"]) == (1, False)  # stale until records after
+        # Stale for good: what was lost is still lost, whatever records follow (only a
+        # snapshot, a Cleared event or a restart rebuilds the view).
+        assert (state["resyncs"], state["stale"]) == (1, True)
         assert sub.replayer.worker_stats("w0").stale == 1
         assert sub.subscriber.stats.snapshots_requested == 0
         # Nothing but replay requests reached the publisher's ROUTER.
@@ -321,7 +324,11 @@ def test_only_native_workers_with_a_replay_endpoint_declare_snapshots() -> None:
         block_size=PAGE,
     ) as sub:
         assert sub.serves_snapshots == [True, False, False]
-        assert sub.snapshot("b", 0) is None and sub.snapshot("nobody", 0) is None
+        # Each refusal says why (what the log and Router.health() show).
+        assert sub.snapshot("b", 0) == Unavailable("no snapshot (no replay endpoint)")
+        assert sub.snapshot("c", 0) == Unavailable("no snapshot (the worker is declared "
+                                                   "snapshot=no)")
+        assert sub.snapshot("nobody", 0) == Unavailable("not a worker of this subscription")
         assert sub.subscriber.stats.snapshots_requested == 0
 
 

@@ -157,7 +157,8 @@ def test_without_a_snapshot_the_worker_is_cleared_and_stale(caplog: Any) -> None
         fleet.replayer.submit(log.read()[-1:])  # everything in between fell off the buffer
     with caplog.at_level(logging.WARNING, logger="radixmeta.replay"):
         stats = fleet.replayer.replay()
-    assert stats.stale == 2 and "stale until its next records" in caplog.text
+    assert stats.stale == 2 and "stale until its view is rebuilt" in caplog.text
+    assert "the log no longer holds seq" in caplog.text and "no snapshot" in caplog.text
     # The cleared worker holds only what its newest record says (here one node's pages).
     last = fleet.logs[0].read()[-1]
     expected = len(last.key) - last.start if isinstance(last, Stored) else 0
@@ -351,7 +352,9 @@ def test_a_complete_answer_is_accepted_whatever_its_first_index(source: type) ->
     assert tree.match([1, 2, 3]).length_of(w) == 3  # nothing was cleared
 
 
-def test_stale_lasts_until_a_record_after_the_new_baseline() -> None:
+def test_stale_lasts_until_the_view_is_rebuilt() -> None:
+    """Records after the new baseline do not make the view whole (what was lost is still
+    lost); a Cleared event does, and so does a restart's stream from seq 0."""
     fleet = Fleet(1, capacity=2, source=NoSnapshots)
     fleet.caches[0].insert([1, 1, 1, 1])
     fleet.replayer.submit(fleet.logs[0].read())
@@ -361,10 +364,17 @@ def test_stale_lasts_until_a_record_after_the_new_baseline() -> None:
     fleet.replayer.submit(fleet.logs[0].read()[-1:])
     assert fleet.replayer.replay().stale == 1
     assert [w.stale for w in fleet.replayer.lag()] == [True]
+    assert "records before seq" in (fleet.replayer.lag()[0].last_error or "")
     fleet.caches[0].insert([4, 4, 4, 4])
     fleet.replayer.submit(fleet.logs[0].read()[-1:])
     fleet.replayer.replay()
+    assert [w.stale for w in fleet.replayer.lag()] == [True]  # still partial
+    fleet.caches[0].reset()  # the engine cleared its cache: the view is exact again
+    fleet.caches[0].insert([3, 3, 3, 3])
+    fleet.replayer.submit(fleet.logs[0].read()[-2:])
+    fleet.replayer.replay()
     assert [w.stale for w in fleet.replayer.lag()] == [False]
+    fleet.assert_mirrors()
 
 
 def test_records_a_snapshot_already_holds_are_duplicates_not_restarts() -> None:

@@ -130,6 +130,9 @@ def cells(line: str) -> list[str]:
         (1_234_000, "1234k"),
         (8_192, "8192"),
         (999, "999"),
+        # Past six significant digits, where "%g" rounded (found by the property below).
+        (170_270_100, "170270.1k"),
+        (123_456_780_000, "123456.78m"),
     ],
 )
 def test_capacities_print_as_the_command_line_writes_them(capacity: int | None, text: str) -> None:
@@ -137,9 +140,35 @@ def test_capacities_print_as_the_command_line_writes_them(capacity: int | None, 
     assert parse_capacity(text) == capacity
 
 
-@given(st.one_of(st.none(), st.integers(1, 10**12)))
+@given(
+    st.one_of(
+        st.none(),
+        st.integers(1, 10**12),
+        # Multiples of 100 and 10,000, the values written with k and m.
+        st.integers(1, 10**10).map(lambda n: n * 100),
+        st.integers(1, 10**8).map(lambda n: n * 10_000),
+    )
+)
 def test_a_printed_capacity_parses_back(capacity: int | None) -> None:
     assert parse_capacity(report.format_capacity(capacity)) == capacity
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("abc", "not a number of tokens"),
+        ("nan", "not a number of tokens"),
+        ("", "not a number of tokens"),
+        ("0", "whole number of tokens >= 1"),
+        ("-3k", "whole number of tokens >= 1"),
+        ("0.5", "whole number of tokens >= 1"),
+        ("1.2345k", "whole number of tokens >= 1"),
+        ("1e400", "past any pool"),
+    ],
+)
+def test_a_bad_capacity_is_refused_with_the_reason(text: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        parse_capacity(text)
 
 
 def test_capacities_print_short_in_the_table_and_the_captions() -> None:

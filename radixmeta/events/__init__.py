@@ -26,7 +26,14 @@ from __future__ import annotations
 from radixmeta._records import Cleared, Namespace, Record, Removed, Stored
 from radixmeta.errors import LogTruncatedError
 from radixmeta.events.log import EventLog
-from radixmeta.events.replay import LogSource, Replayer, ReplaySource, ReplayStats, WorkerLag
+from radixmeta.events.replay import (
+    LogSource,
+    Replayer,
+    ReplaySource,
+    ReplayStats,
+    Unavailable,
+    WorkerLag,
+)
 
 __all__ = [
     "Cleared",
@@ -40,5 +47,6 @@ __all__ = [
     "ReplayStats",
     "Replayer",
     "Stored",
+    "Unavailable",
     "WorkerLag",
 ]

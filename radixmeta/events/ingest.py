@@ -25,6 +25,7 @@ engine used.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -50,6 +51,8 @@ __all__ = [
 # Disk and remote stores (vLLM "STORAGE", "FS", "OBJ"; SGLang "DISK", "EXTERNAL")
 # are not a tier a router counts as a hit: unmapped unless the caller maps them.
 DEFAULT_TIERS: Mapping[str | None, int] = {None: 0, "GPU": 0, "CPU": 1, "CPU_PINNED": 1}
+
+logger = logging.getLogger("radixmeta.ingest")
 
 _ENCODE = msgspec.msgpack.Encoder()
 
@@ -132,6 +135,9 @@ class BatchConverter:
         self.tiers = dict(DEFAULT_TIERS if tiers is None else tiers)
         self.namespace = namespace
         self.counts = ConversionCounts()
+        #: The block size the engine's stores carry, when it differs from ``block_size``
+        #: (the first one seen): a misconfiguration, warned of once per converter.
+        self.wrong_block_size: int | None = None
 
     def records(self, batch: EventBatch, *, worker: str, dp_rank: int, seq: int) -> list[Record]:
         """The records of ``batch``, number ``seq`` of worker ``(worker, dp_rank)``."""
@@ -166,6 +172,17 @@ class BatchConverter:
             return None
         if event.block_size != self.block_size:
             counts.wrong_block_size += 1
+            if self.wrong_block_size is None:
+                self.wrong_block_size = event.block_size
+                logger.warning(
+                    "worker (%r, dp_rank=%d) stores blocks of %d tokens, but the router's "
+                    "block size is %d: every store of it is left out until they agree "
+                    "(pass the engine's --block-size / --page-size)",
+                    worker,
+                    rank,
+                    event.block_size,
+                    self.block_size,
+                )
             return None
         return Stored(
             worker,

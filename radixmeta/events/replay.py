@@ -2,29 +2,36 @@
 
 The A.4 design's weak consistency: workers commit what their caches store and
 evict to a log, and the router replays that log into its meta-tree when it is
-idle. :class:`Replayer` keeps a cursor per (worker, dp rank), applies records in
-order within a budget, and repairs what the transport broke:
+idle. :class:`Replayer` keeps a cursor per configured (worker, dp rank), applies
+records in order within a budget, and repairs what the transport broke:
 
 * a record already applied (its ``(seq, index)`` at or before the cursor) is a
   duplicate and is dropped;
 * a record after a gap asks the source for the missing range; if the source
   cannot serve it, the worker is resynced from the source's snapshot, or, with
   none (vLLM and SGLang publishers keep no snapshot), cleared and marked stale
-  until its next records, which become its new baseline;
-* a sequence that goes back by more than ``restart_window`` is a restarted
-  worker: it is cleared and starts again (a transport that knows of a restart
-  for sure, say a new publisher id, calls :meth:`Replayer.restart`);
+  until its view is rebuilt (a ``Cleared`` event, a restart, a snapshot);
+* a restart starts a new stream: after the transport saw the publisher reconnect
+  (:meth:`Replayer.reconnected`), a record at or before the cursor; without that
+  sign, a sequence that goes back by more than ``restart_window``. The worker is
+  cleared and starts again (a transport that knows of a restart for sure calls
+  :meth:`Replayer.restart`);
 * ``Cleared`` is a barrier: everything the worker held before it goes.
 
+The source is asked **outside every lock**, on threads of the replayer's own
+(:mod:`radixmeta.events.repair`): while a worker waits for its repair it is
+*repairing*, its records wait behind the gap, the tree keeps what it held, and
+the other workers' records go on being applied. ``replay(max_seconds=B)`` returns
+within the budget whatever a source does.
+
 A record that cannot apply (its parent was never seen, a hash conflict, a
-malformed field) is counted, logged with its worker and seq, and skipped: the
-replayer never raises for a record and never applies half of one, because each
-MetaTree call is checked whole before it changes anything.
+malformed field) is counted, logged (at a bounded rate) with its worker and seq,
+and skipped: the replayer never raises for a record and never applies half of
+one, because each MetaTree call is checked whole before it changes anything.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -36,29 +43,51 @@ from typing import Any, Protocol
 
 from radixmeta._keys import check_int
 from radixmeta._records import Cleared, Record, Removed, Stored, _Record
-from radixmeta.errors import InputTypeError, LogTruncatedError, RadixMetaError
+from radixmeta.errors import InputTypeError, LogTruncatedError
+from radixmeta.events._pool import CallPool
+from radixmeta.events._throttle import ThrottledLog
+from radixmeta.events.repair import Answer, Question, Unavailable, ask
 
-__all__ = ["LogSource", "ReplaySource", "ReplayStats", "Replayer", "WorkerLag", "batch_mark"]
+__all__ = [
+    "LogSource",
+    "ReplaySource",
+    "ReplayStats",
+    "Replayer",
+    "Unavailable",
+    "WorkerLag",
+    "batch_mark",
+]
 
 logger = logging.getLogger("radixmeta.replay")
-_REPLAY_ATTEMPTS = 3  # replay requests per gap before a resync
 
 _Key = tuple[str, int]
 
+#: Records one worker may have waiting (queued or behind its gap) before more are dropped.
+DEFAULT_MAX_PENDING = 65_536
+
 
 class ReplaySource(Protocol):
-    """Where a replayer asks for what it missed (both methods may return None: cannot).
+    """Where a replayer asks for what it missed.
+
+    Both methods may answer None ("cannot") or an :class:`Unavailable` that says why.
+    They are called on the replayer's own threads, never under its lock, so they may
+    wait on a socket (each within a timeout of its own).
 
     A wire batch that kept no record (every event left out) is answered with
     :func:`batch_mark` in its place, so the answer still shows that batch; an empty
     snapshot is answered the same way, ``[batch_mark(worker, dp_rank, seq)]``, so it still
     names the seq it is consistent with.
+
+    A source may also have ``can_replay(worker, dp_rank) -> bool``: False spares the
+    probes of a worker it could never answer for (one with no replay endpoint).
     """
 
-    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
+    def replay(
+        self, worker: str, dp_rank: int, from_seq: int
+    ) -> list[Record] | Unavailable | None:
         """The worker's records from sequence ``from_seq`` on, in order, or None."""
 
-    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | Unavailable | None:
         """Records that rebuild the worker, all stamped with one seq, or None."""
 
 
@@ -68,13 +97,14 @@ class ReplayStats:
 
     applied: int = 0
     duplicates: int = 0
-    gaps: int = 0
+    gaps: int = 0  # gaps found, by a later record or by a probe of the tail
     replays_requested: int = 0
     resyncs: int = 0
     stale: int = 0  # resyncs that found no snapshot: the worker was cleared
     restarts: int = 0
     malformed: int = 0
     unknown_worker: int = 0
+    dropped: int = 0  # records refused past max_pending (the worker resyncs instead)
     pending: int = 0  # records still waiting when the call returned
 
     def add(self, other: ReplayStats) -> None:
@@ -92,7 +122,7 @@ class ReplayStats:
 
 @dataclass(frozen=True)
 class WorkerLag:
-    """How far the tree is behind one worker's newest record."""
+    """How far the tree is behind one worker, and what state its view is in."""
 
     worker: str
     dp_rank: int
@@ -100,20 +130,49 @@ class WorkerLag:
     newest_seq: int | None
     records: int  # records of this worker seen but not yet applied
     seconds: float  # age of the oldest of those
-    stale: bool
+    stale: bool  # records were lost for good: the view is partial until it is rebuilt
+    repairing: bool = False  # a replay or snapshot request is in flight
+    last_applied: float | None = None  # seconds since a record of it was applied
+    last_error: str | None = None  # the last thing that went wrong with its records
 
 
-@dataclass
+class _Reconnected:
+    """Queued in order with the records: the transport saw this worker's publisher
+    connect again, so the record after it may start a new stream."""
+
+    __slots__ = ("dp_rank", "worker")
+
+    def __init__(self, worker: str, dp_rank: int) -> None:
+        self.worker, self.dp_rank = worker, dp_rank
+
+
+@dataclass(eq=False)
 class _Cursor:
+    key: _Key
     seq: int | None = None  # None: nothing applied yet (the next record is a baseline)
     index: int = 0
     stale: bool = False
     # After a resync from a snapshot stamped S, records of the gap (from its start to
-    # S) that are still queued are duplicates, not a restart: (gap start, S).
+    # S) that are still queued are duplicates, not a restart: (gap start, S). Cleared
+    # once a record after S comes.
     covered: tuple[int, int] | None = None
+    reconnected: bool = False  # the next record at or before the cursor is a new stream
     newest: int | None = None
     waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
+    # Items behind a gap (or after those), in order: (record or mark, arrival or None).
+    parked: deque[tuple[Any, float | None]] = field(default_factory=deque)
+    repair: _Job | None = None
+    ready: bool = False  # in the replayer's queue of cursors with parked items to take
+    heard: float = 0.0  # when a record last arrived or a probe was last sent
+    last_applied: float | None = None
+    last_error: str | None = None
     stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
+
+
+@dataclass(eq=False)
+class _Job:
+    cursor: _Cursor
+    question: Question
 
 
 class Replayer:
@@ -122,19 +181,24 @@ class Replayer:
     Parameters
     ----------
     meta_tree : MetaTree
-        The tree to keep up to date. Records of workers it does not know are
-        counted (``unknown_worker``) and skipped, so workers can be added and
-        removed while records flow.
+        The tree to keep up to date. Only its workers have cursors: records of
+        any other are counted (``unknown_worker``) and dropped as they arrive, so
+        workers can be added and removed while records flow.
     source : ReplaySource, optional
         Where to ask for the records of a gap and for snapshots. Without one a
         gap is resynced as for a publisher with no snapshot.
     restart_window : int, default 16
         A sequence number lower than the worker's cursor by more than this
         means the worker restarted; a lower one within the window is a
-        duplicate (a re-delivered or reordered batch). A worker that restarts
-        before publishing this many batches is not recognised by its numbers
-        alone: its old pages stay until evicted or cleared, which costs the
-        router stale hits (a recompute), never a wrong answer.
+        duplicate (a re-delivered or reordered batch). A transport that sees
+        the publisher reconnect says so (:meth:`reconnected`), and the first
+        record after it that goes back starts a new stream whatever the window.
+    max_pending : int, default 65536
+        Records one worker may have waiting (queued, or behind its gap) before
+        its further records are dropped (``dropped``): the worker then shows a
+        gap and is repaired or resynced, instead of the queue growing.
+    max_threads : int, default 8
+        Threads that put questions to the source at once (repairs and probes).
 
     Examples
     --------
@@ -152,15 +216,30 @@ class Replayer:
     """
 
     def __init__(
-        self, meta_tree: Any, *, source: ReplaySource | None = None, restart_window: int = 16
+        self,
+        meta_tree: Any,
+        *,
+        source: ReplaySource | None = None,
+        restart_window: int = 16,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        max_threads: int = 8,
     ) -> None:
         self.tree = meta_tree
         self.source = source
         self.restart_window = check_int("restart_window", restart_window, 0)
+        self.max_pending = check_int("max_pending", max_pending, 1)
         self.stats = ReplayStats()
-        self._pending: deque[tuple[Record, float]] = deque()
+        self._pending: deque[tuple[Any, float | None]] = deque()  # (item, arrival)
         self._cursors: dict[_Key, _Cursor] = {}
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # an answer came back
+        self._answers: deque[tuple[_Job, Answer]] = deque()
+        self._ready: deque[_Cursor] = deque()  # cursors whose parked items may go on
+        self._asking = 0  # questions put to the source and not answered yet
+        self._pool = CallPool("radixmeta-repair", check_int("max_threads", max_threads, 1))
+        self._closed = False
+        self._unreported = ReplayStats()  # counted on arrival, reported by the next replay
+        self._log = ThrottledLog(logger)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -185,15 +264,62 @@ class Replayer:
                 raise InputTypeError(msg)
         self._enqueue(records)
 
-    def _enqueue(self, records: Iterable[Any]) -> None:
+    def reconnected(self, worker: str, dp_rank: int = 0) -> None:
+        """The transport saw the worker's publisher connect again (after a disconnect).
+
+        Queued in order with the records: the first record after it decides. One at
+        or before the cursor starts a new stream (the publisher restarted, its
+        numbering with it); a later one goes on as usual (the same publisher, back).
+        """
+        self._enqueue([_Reconnected(worker, dp_rank)])
+
+    def _enqueue(self, items: Iterable[Any]) -> None:
         now = time.monotonic()
         with self._lock:
-            for record in records:
-                cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
-                if cursor.newest is None or record.seq > cursor.newest:
-                    cursor.newest = record.seq
+            cursor: _Cursor | None = None
+            for item in items:
+                key = (item.worker, item.dp_rank)
+                if cursor is None or cursor.key != key:
+                    cursor = self._cursor(key)
+                if cursor is None:  # not a worker of the tree: no cursor is made for it
+                    self._unreported.unknown_worker += 1
+                    continue
+                if isinstance(item, _Reconnected):
+                    cursor.newest = None  # the stream's numbering may start again
+                    self._pending.append((item, None))
+                    continue
+                if len(cursor.waiting) >= self.max_pending:
+                    self._drop(cursor, item)
+                    continue
+                newest = cursor.newest
+                if newest is None or item.seq > newest or item.seq < newest - self.restart_window:
+                    cursor.newest = item.seq
+                cursor.heard = now
                 cursor.waiting.append(now)
-                self._pending.append((record, now))
+                self._pending.append((item, now))
+
+    def _cursor(self, key: _Key) -> _Cursor | None:
+        """The cursor of a worker of the tree (made on first use), else None."""
+        cursor = self._cursors.get(key)
+        if cursor is None and self._worker_named(*key) is not None:
+            cursor = self._cursors[key] = _Cursor(key)
+        return cursor
+
+    def _drop(self, cursor: _Cursor, record: Any) -> None:
+        """A record past ``max_pending``: refused, so the worker shows a gap and resyncs."""
+        cursor.stats.dropped += 1
+        self._unreported.dropped += 1
+        cursor.last_error = f"more than {self.max_pending} records waiting: later ones dropped"
+        self._log.warning(
+            (cursor.key, "dropped"),
+            "worker (%r, dp_rank=%d): more than %d records waiting, record %d.%d dropped "
+            "(the worker is repaired or resynced once the queue drains)",
+            record.worker,
+            record.dp_rank,
+            self.max_pending,
+            record.seq,
+            record.index,
+        )
 
     # -- replay ----------------------------------------------------------------------------
     def replay(
@@ -206,190 +332,367 @@ class Replayer:
         max_records : int, optional
             Apply at most this many records (duplicates and skipped ones count).
         max_seconds : float, optional
-            Stop once this much time has passed (checked between records).
+            Stop once this much time has passed (checked between records). The call
+            never waits on a source: it returns within this budget.
 
         Returns
         -------
         ReplayStats
             What this call did; ``Replayer.stats`` accumulates them.
+
+        Notes
+        -----
+        A gap's repair is asked for in the background, outside the lock; the
+        worker's records wait behind it (the worker is ``repairing``) while the
+        others' go on. With a budget the call returns when nothing more can be
+        applied now; without either budget it also waits for the repairs (and
+        probes) in flight and applies what they bring, so that, as before, one
+        call leaves nothing pending that could be applied.
         """
         done = ReplayStats()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        wait = max_records is None and max_seconds is None
         with self._lock:
             handled = 0
             # Each worker's own counts move; this call's are their sum, taken
             # once per worker touched rather than once per record.
             before: dict[int, tuple[_Cursor, ReplayStats]] = {}
-            while self._pending:
+
+            def touch(cursor: _Cursor) -> None:
+                if id(cursor) not in before:
+                    before[id(cursor)] = (cursor, dataclasses.replace(cursor.stats))
+
+            while True:
                 if max_records is not None and handled >= max_records:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                record, _ = self._pending.popleft()
-                cursor = self._cursors.setdefault((record.worker, record.dp_rank), _Cursor())
-                if cursor.waiting:
-                    cursor.waiting.popleft()
-                if id(cursor) not in before:
-                    before[id(cursor)] = (cursor, dataclasses.replace(cursor.stats))
-                self._take(record, cursor, cursor.stats)
-                handled += 1
+                if self._answers:
+                    job, answer = self._answers.popleft()
+                    touch(job.cursor)
+                    self._settle(job, answer)
+                    continue
+                cursor = self._next_ready()
+                if cursor is not None:
+                    item, arrived = cursor.parked.popleft()
+                    touch(cursor)
+                    self._take(item, arrived, cursor)
+                    handled += 1
+                    continue
+                if self._pending:
+                    item, arrived = self._pending.popleft()
+                    cursor = self._cursors.get((item.worker, item.dp_rank))
+                    if cursor is None:  # forgotten while it waited
+                        continue
+                    if cursor.repair is not None or cursor.parked:
+                        self._park(cursor, item, arrived)  # behind its worker's gap
+                        continue
+                    touch(cursor)
+                    self._take(item, arrived, cursor)
+                    handled += 1
+                    continue
+                if wait and self._asking and not self._closed:
+                    # The wait releases the lock, and records may arrive meanwhile: what
+                    # they count goes to _unreported, so take this call's counts first.
+                    for cursor, earlier in before.values():
+                        done.add(cursor.stats.since(earlier))
+                    before.clear()
+                    self._changed.wait(0.1)
+                    continue
+                break
             for cursor, earlier in before.values():
                 done.add(cursor.stats.since(earlier))
-            done.pending = len(self._pending)
+            done.add(self._unreported)
+            self._unreported = ReplayStats()
+            done.pending = len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
             self.stats.add(done)
         return done
 
-    def _take(self, record: Record, cursor: _Cursor, done: ReplayStats) -> None:
-        worker = self._worker(record)
+    def _next_ready(self) -> _Cursor | None:
+        """A cursor whose parked items may be taken now (no repair in flight), or None."""
+        ready = self._ready
+        while ready:
+            cursor = ready[0]
+            if cursor.parked and cursor.repair is None and self._cursors.get(cursor.key) is cursor:
+                return cursor  # stays first until its parked items are taken
+            ready.popleft()
+            cursor.ready = False
+        return None
+
+    def _park(
+        self, cursor: _Cursor, item: Any, arrived: float | None, *, first: bool = False
+    ) -> None:
+        if first:
+            cursor.parked.appendleft((item, arrived))
+        else:
+            cursor.parked.append((item, arrived))
+        if cursor.repair is None and not cursor.ready:
+            cursor.ready = True
+            self._ready.append(cursor)
+
+    def _take(self, item: Any, arrived: float | None, cursor: _Cursor) -> None:
+        """One queued item of a worker with no repair in flight; never raises."""
+        if arrived is not None and cursor.waiting:
+            cursor.waiting.popleft()
+        try:
+            self._handle(item, arrived, cursor)
+        except Exception as exc:  # a bug or a tree that refused: counted, never fatal
+            cursor.stats.malformed += 1
+            self._failed(cursor, item, exc)
+
+    def _handle(self, item: Any, arrived: float | None, cursor: _Cursor) -> None:
+        done = cursor.stats
+        if isinstance(item, _Reconnected):
+            cursor.reconnected = cursor.seq is not None
+            return
+        record: Record = item
+        worker = self._worker_named(*cursor.key)
         if worker is None:
             done.unknown_worker += 1
             return
-        if cursor.covered is not None and cursor.covered[0] <= record.seq <= cursor.covered[1]:
-            done.duplicates += 1  # the snapshot that resynced the worker holds it
-            return
-        if cursor.seq is not None and self._restarted(record, cursor):
-            done.restarts += 1
-            self._clear(worker, cursor)
-        if cursor.seq is None:
-            if record.seq != 0 or record.index != 0:  # joined late: ask for the beginning
-                self._repair(record, worker, cursor, done, from_seq=0)
-                return
-            self._apply(record, worker, cursor, done)
-            return
         position = (record.seq, record.index)
+        if cursor.covered is not None and not cursor.reconnected:
+            low, high = cursor.covered
+            if low <= record.seq <= high:
+                done.duplicates += 1  # the snapshot that resynced the worker holds it
+                return
+            if record.seq > high:
+                cursor.covered = None  # passed: it must not hide a later restart
+        if cursor.seq is not None:
+            went_back = position <= (cursor.seq, cursor.index)
+            if (cursor.reconnected and went_back) or record.seq < cursor.seq - self.restart_window:
+                done.restarts += 1
+                self._clear(worker, cursor)
+        cursor.reconnected = cursor.reconnected and cursor.seq is not None
+        if cursor.seq is None:
+            if record.seq != 0:  # joined late: ask for the beginning
+                self._ask(cursor, record, arrived, from_seq=0)
+                return
+            cursor.stale = False  # a stream from its start: the view is whole again
+            self._apply(record, worker, cursor)
+            return
         if position <= (cursor.seq, cursor.index):
             done.duplicates += 1
             return
-        if self._follows(record, cursor):
-            self._apply(record, worker, cursor, done)
+        if _follows(record, cursor):
+            self._apply(record, worker, cursor)
             return
         done.gaps += 1
-        self._repair(record, worker, cursor, done, from_seq=self._expected_seq(cursor))
+        self._ask(cursor, record, arrived, from_seq=cursor.seq + 1)
 
-    def _restarted(self, record: Record, cursor: _Cursor) -> bool:
-        assert cursor.seq is not None
-        return record.seq < cursor.seq - self.restart_window
+    def _ask(self, cursor: _Cursor, record: Record, arrived: float | None, from_seq: int) -> None:
+        """Park ``record`` behind its gap and ask the source for the gap, off the lock."""
+        if arrived is not None:
+            cursor.waiting.appendleft(arrived)  # still waiting, behind the gap
+        self._park(cursor, record, arrived, first=True)
+        question = Question(record.worker, record.dp_rank, from_seq, (record.seq, record.index))
+        job = _Job(cursor, question)
+        cursor.repair = job
+        if self.source is None or self._closed:
+            reason = "no replay source" if self.source is None else "the replayer is closed"
+            self._answers.append((job, Answer(replay_problem=reason)))
+            return
+        self._put(job)
 
-    @staticmethod
-    def _follows(record: Record, cursor: _Cursor) -> bool:
-        """Contiguous: a later record of the same batch, or one of the next batch.
+    def _put(self, job: _Job) -> None:
+        """Run ``job``'s question on a pool thread; its answer comes back through the lock."""
+        source = self.source
 
-        A batch arrives whole (it is decoded whole or dropped), so indices within
-        it may skip the events a converter left out; only a sequence can have gaps.
-        """
-        assert cursor.seq is not None
-        return record.seq == cursor.seq or record.seq == cursor.seq + 1
+        def run() -> None:
+            try:
+                answer = ask(source, job.question)
+            except Exception as exc:  # ask catches what sources do; this is the last line
+                answer = Answer(replay_problem=f"asking the source failed: {exc!r}")
+            with self._lock:
+                self._asking -= 1
+                self._answers.append((job, answer))
+                self._changed.notify_all()
 
-    @staticmethod
-    def _expected_seq(cursor: _Cursor) -> int:
-        assert cursor.seq is not None
-        return cursor.seq + 1
+        self._asking += 1
+        if not self._pool.submit(run):
+            self._asking -= 1
+            self._answers.append((job, Answer(replay_problem="the replayer is closed")))
 
-    def _repair(
-        self, record: Record, worker: Any, cursor: _Cursor, done: ReplayStats, from_seq: int
-    ) -> None:
-        """Fill the gap before ``record`` from the source, or resync the worker.
+    def _settle(self, job: _Job, answer: Answer) -> None:
+        """Apply what a source answered (under the lock); then the parked records go on."""
+        cursor = job.cursor
+        if cursor.repair is not job or self._cursors.get(cursor.key) is not cursor:
+            return  # the worker was forgotten or restarted meanwhile: the answer is moot
+        cursor.repair = None
+        if cursor.parked and not cursor.ready:
+            cursor.ready = True
+            self._ready.append(cursor)
+        try:
+            if job.question.target is None:
+                self._settle_probe(cursor, answer)
+            else:
+                self._settle_gap(cursor, job.question, answer)
+        except Exception as exc:
+            cursor.stats.malformed += 1
+            self._failed(cursor, None, exc)
 
-        A source may answer in part (a replay that timed out): what it sent is
-        applied and the rest asked for again, a few times, before resyncing.
-        """
-        for _ in range(_REPLAY_ATTEMPTS if self.source is not None else 0):
-            done.replays_requested += 1
-            missing = self.source.replay(record.worker, record.dp_rank, from_seq)  # type: ignore[union-attr]
-            if not missing or missing[0].seq > from_seq:
-                break  # the source no longer reaches back to the gap
-            for earlier in missing:
-                if (earlier.seq, earlier.index) >= (record.seq, record.index):
-                    break
-                if cursor.seq is None or (earlier.seq, earlier.index) > (cursor.seq, cursor.index):
-                    self._apply(earlier, worker, cursor, done)
-            if cursor.seq is not None and self._follows(record, cursor):
-                self._apply(record, worker, cursor, done)
-                return
-            if cursor.seq is None:
-                break
-            from_seq = self._expected_seq(cursor)
+    def _settle_probe(self, cursor: _Cursor, answer: Answer) -> None:
+        found = [
+            r for r in answer.records
+            if cursor.seq is None or (r.seq, r.index) > (cursor.seq, cursor.index)
+        ]
+        if not found:
+            return  # the usual answer of a quiet worker: nothing was lost
+        if cursor.seq is not None and _follows(found[0], cursor):
+            # The source goes on from the cursor: the same stream, so a copy of these
+            # records arriving live later is a duplicate, not a restart.
+            cursor.reconnected = False
+        cursor.stats.gaps += 1  # a tail that never arrived: a gap the live stream could not show
+        cursor.stats.replays_requested += answer.requests
+        for record in reversed(found):
+            self._park(cursor, record, None, first=True)
+
+    def _settle_gap(self, cursor: _Cursor, question: Question, answer: Answer) -> None:
+        done = cursor.stats
+        done.replays_requested += answer.requests
+        worker = self._worker_named(*cursor.key)
+        if worker is None:
+            return  # removed from the tree: its parked records count as unknown
+        if cursor.seq is None and answer.records and answer.records[0].seq == 0:
+            cursor.stale = False  # the stream from its start: the view is whole again
+        for record in answer.records:
+            if cursor.seq is None or (record.seq, record.index) > (cursor.seq, cursor.index):
+                self._apply(record, worker, cursor)
+        if answer.reached:
+            return  # the gap is filled: the parked records follow
         done.resyncs += 1
-        snapshot = (
-            None if self.source is None else self.source.snapshot(record.worker, record.dp_rank)
-        )
         self._clear(worker, cursor)
-        if snapshot is not None:
-            for stored in snapshot:
-                self._apply(stored, worker, cursor, done)
-            if snapshot:
-                cursor.seq, cursor.index = snapshot[0].seq, snapshot[0].index
-                cursor.covered = (from_seq, snapshot[0].seq)
-            if cursor.seq is not None and (record.seq, record.index) <= (cursor.seq, cursor.index):
-                done.duplicates += 1  # the snapshot already holds it
-                return
-        else:
-            done.stale += 1
-            cursor.stale = True
-            logger.warning(
-                "worker (%r, dp_rank=%d): records before seq %d are lost and the source keeps "
-                "no snapshot; its pages were cleared and it is stale until its next records",
-                record.worker,
-                record.dp_rank,
-                record.seq,
-            )
-        self._apply(record, worker, cursor, done, baseline=True)
-
-    def _apply(
-        self,
-        record: Record,
-        worker: Any,
-        cursor: _Cursor,
-        done: ReplayStats,
-        baseline: bool = False,
-    ) -> None:
-        """One record into the tree; it moves the cursor whether or not it could apply.
-
-        A ``baseline`` record is the first after a resync with no snapshot: the
-        worker stays stale until a record after it.
-        """
-        cursor.seq, cursor.index = record.seq, record.index
-        if not baseline:
+        if answer.snapshot is not None:
+            for record in answer.snapshot:
+                self._apply(record, worker, cursor)
+            stamp = answer.snapshot[0]
+            cursor.seq, cursor.index = stamp.seq, stamp.index
+            cursor.covered = (question.from_seq, stamp.seq)
             cursor.stale = False
+            return  # the parked records at or before the stamp are duplicates
+        done.stale += 1
+        cursor.stale = True
+        assert question.target is not None
+        lost = question.target[0]
+        cursor.last_error = f"records before seq {lost} lost ({answer.problem()})"
+        self._log.warning(
+            (cursor.key, "stale"),
+            "worker (%r, dp_rank=%d): records before seq %d are lost (%s); its pages were "
+            "cleared and it is stale until its view is rebuilt (a snapshot, a Cleared "
+            "event or a restart)",
+            cursor.key[0],
+            cursor.key[1],
+            lost,
+            answer.problem(),
+        )
+        # The record that found the gap is the new baseline (the worker stays stale).
+        if cursor.parked:
+            record, arrived = cursor.parked.popleft()
+            if arrived is not None and cursor.waiting:
+                cursor.waiting.popleft()
+            self._apply(record, worker, cursor)
+
+    def _apply(self, record: Record, worker: Any, cursor: _Cursor) -> None:
+        """One record into the tree; it moves the cursor whether or not it could apply."""
+        cursor.seq, cursor.index = record.seq, record.index
         if isinstance(record, _Mark):
             return
         try:
             _apply_record(self.tree, worker, record)
-        except RadixMetaError as exc:
-            done.malformed += 1
-            logger.warning(
-                "worker (%r, dp_rank=%d) record %d.%d skipped: %s",
-                record.worker,
-                record.dp_rank,
-                record.seq,
-                record.index,
-                exc,
-            )
+        except Exception as exc:
+            cursor.stats.malformed += 1
+            self._failed(cursor, record, exc)
             return
-        done.applied += 1
+        cursor.stats.applied += 1
+        cursor.last_applied = time.monotonic()
+        if isinstance(record, Cleared):
+            cursor.stale = False  # the worker holds nothing: the view is whole again
+
+    def _failed(self, cursor: _Cursor, record: Any, exc: Exception) -> None:
+        where = "" if record is None else f" record {record.seq}.{record.index}"
+        cursor.last_error = f"{where.strip() or 'answer'} skipped: {exc}"
+        self._log.warning(
+            (cursor.key, type(exc).__name__),
+            "worker (%r, dp_rank=%d)%s skipped: %s",
+            cursor.key[0],
+            cursor.key[1],
+            where,
+            exc,
+        )
 
     def _clear(self, worker: Any, cursor: _Cursor) -> None:
-        self.tree.apply_cleared(worker)
         cursor.seq, cursor.index = None, 0
         cursor.covered = None
-
-    def _worker(self, record: Record) -> Any:
-        return self._worker_named(record.worker, record.dp_rank)
+        self.tree.apply_cleared(worker)
 
     def _worker_named(self, name: str, dp_rank: int) -> Any:
         try:
             return self.tree.worker(name, dp_rank)
-        except RadixMetaError:
+        except Exception:  # not a worker of the tree (or not a valid name at all)
             return None
+
+    # -- probes ------------------------------------------------------------------------------
+    def probe(self, *, quiet: float = 0.0) -> int:
+        """Ask the source, in the background, what followed each worker's last record.
+
+        A batch lost at the end of a burst shows no gap until the worker sends
+        again, and a router started after the engines went quiet has heard
+        nothing: a probe asks each worker's source for its records after the
+        cursor (from 0 for a worker never heard). What comes back is applied by
+        the next :meth:`replay`, and counted in the worker's ``gaps`` and
+        ``replays_requested``; a quiet worker costs one empty answer.
+
+        Parameters
+        ----------
+        quiet : float, default 0.0
+            Only workers with no record arrived (and no probe sent) for this
+            many seconds; others are busy, and their gaps show by themselves.
+
+        Returns
+        -------
+        int
+            The probes sent. Workers with a repair in flight, or whose source
+            says it cannot replay them (``can_replay``), are skipped.
+        """
+        if self.source is None:
+            return 0
+        can_replay = getattr(self.source, "can_replay", None)
+        now = time.monotonic()
+        sent = 0
+        with self._lock:
+            if self._closed:
+                return 0
+            for w in self.tree.workers:
+                key = (w.name, w.dp_rank)
+                cursor = self._cursor(key)
+                if cursor is None or cursor.repair is not None or cursor.parked:
+                    continue
+                if quiet and now - cursor.heard < quiet:
+                    continue
+                if can_replay is not None and not can_replay(*key):
+                    continue
+                cursor.heard = now
+                start = 0 if cursor.seq is None else cursor.seq + 1
+                job = _Job(cursor, Question(key[0], key[1], start, None))
+                cursor.repair = job
+                self._put(job)
+                sent += 1
+        return sent
 
     # -- workers ---------------------------------------------------------------------------
     def restart(self, worker: str, dp_rank: int = 0) -> None:
         """The worker restarted (its sequence starts again): clear it and reset its cursor."""
         with self._lock:
-            cursor = self._cursors.setdefault((worker, dp_rank), _Cursor())
-            tree_worker = self._worker_named(worker, dp_rank)
-            if tree_worker is not None:
-                self._clear(tree_worker, cursor)
+            cursor = self._cursor((worker, dp_rank))
+            if cursor is not None:
+                cursor.repair = None  # an answer about the old stream is moot
+                cursor.newest = None
+                tree_worker = self._worker_named(worker, dp_rank)
+                if tree_worker is not None:
+                    self._clear(tree_worker, cursor)
+                if cursor.parked and not cursor.ready:
+                    cursor.ready = True
+                    self._ready.append(cursor)
             self.stats.restarts += 1
 
     def forget(self, worker: str, dp_rank: int = 0) -> None:
@@ -400,6 +703,19 @@ class Replayer:
                 (r, t) for r, t in self._pending if (r.worker, r.dp_rank) != (worker, dp_rank)
             )
 
+    def report(self, worker: str, dp_rank: int, problem: str) -> None:
+        """Note what went wrong with a worker's input before it became records.
+
+        What a subscription could not decode, or dropped as another worker's, is
+        not the replayer's to count, but a person asks one place what went wrong
+        last: ``lag()`` (and ``Router.health()``) show it as ``last_error``.
+        Ignored for a worker of no cursor.
+        """
+        with self._lock:
+            cursor = self._cursor((worker, dp_rank))
+            if cursor is not None:
+                cursor.last_error = problem
+
     def worker_stats(self, worker: str, dp_rank: int = 0) -> ReplayStats:
         """The counts of one worker's records, cumulative (a copy)."""
         with self._lock:
@@ -407,7 +723,7 @@ class Replayer:
             return ReplayStats() if cursor is None else dataclasses.replace(cursor.stats)
 
     def lag(self) -> list[WorkerLag]:
-        """Per worker: the applied and newest seq, and the records and seconds behind."""
+        """Per worker: the applied and newest seq, the records and seconds behind, its state."""
         now = time.monotonic()
         with self._lock:
             return [
@@ -419,14 +735,23 @@ class Replayer:
                     len(c.waiting),
                     now - c.waiting[0] if c.waiting else 0.0,
                     c.stale,
+                    c.repair is not None and c.repair.question.target is not None,
+                    None if c.last_applied is None else now - c.last_applied,
+                    c.last_error,
                 )
                 for (name, rank), c in sorted(self._cursors.items())
             ]
 
     @property
     def pending(self) -> int:
-        """Records waiting to be applied."""
-        return len(self._pending)
+        """Records waiting to be applied (queued, or behind a worker's gap)."""
+        with self._lock:
+            return len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
+
+    @property
+    def asking(self) -> int:
+        """Questions (repairs and probes) put to the source and not answered yet."""
+        return self._asking
 
     # -- background ------------------------------------------------------------------------
     def start(
@@ -444,7 +769,10 @@ class Replayer:
 
         def loop() -> None:
             while not self._stop.wait(interval):
-                self.replay(max_records=max_records, max_seconds=max_seconds)
+                try:
+                    self.replay(max_records=max_records, max_seconds=max_seconds)
+                except Exception:  # never a silent death: logged, and the loop goes on
+                    logger.exception("the replayer's background turn failed")
 
         self._thread = threading.Thread(target=loop, name="radixmeta-replayer", daemon=True)
         self._thread.start()
@@ -456,11 +784,36 @@ class Replayer:
             self._stop.set()
             thread.join(timeout)
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the background thread and the source's threads (idempotent).
+
+        Questions still queued are dropped; the ones a source is answering end when
+        the source does (a subscription's requests end as soon as it is closed), and
+        are waited for at most ``timeout`` seconds. Records can still be submitted and
+        replayed; a gap then resyncs as with no source.
+        """
+        started = time.monotonic()
+        self.stop(timeout)
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()
+        self._pool.close(max(0.0, timeout - (time.monotonic() - started)))
+
     def __enter__(self) -> Replayer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
+
+
+def _follows(record: Record, cursor: _Cursor) -> bool:
+    """Contiguous: a later record of the same batch, or one of the next batch.
+
+    A batch arrives whole (it is decoded whole or dropped), so indices within
+    it may skip the events a converter left out; only a sequence can have gaps.
+    """
+    assert cursor.seq is not None
+    return record.seq == cursor.seq or record.seq == cursor.seq + 1
 
 
 class _Mark(_Record, frozen=True, gc=False, eq=False):
@@ -515,18 +868,21 @@ class LogSource:
     def __init__(self, caches: dict[_Key, Any]) -> None:
         self.caches = dict(caches)
 
-    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | Unavailable:
         cache = self.caches.get((worker, dp_rank))
         if cache is None:
-            return None
-        with contextlib.suppress(LogTruncatedError):
+            return Unavailable("the LogSource has no cache of this worker")
+        try:
             return list(cache.event_log.read(after=from_seq - 1))
-        return None
+        except LogTruncatedError as exc:
+            return Unavailable(
+                f"the log no longer holds seq {from_seq} (its oldest is {exc.oldest_seq})"
+            )
 
-    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | Unavailable:
         cache = self.caches.get((worker, dp_rank))
         if cache is None:
-            return None
+            return Unavailable("the LogSource has no cache of this worker")
         records = list(cache.snapshot())
         # An empty cache still says which seq it is consistent with: without it, the
         # record that found the gap would be applied on top, though the cache let it go.

@@ -6,31 +6,48 @@ records and feeds a :class:`~radixmeta.events.Replayer`, which applies them to t
 :class:`~radixmeta.MetaTree` and repairs gaps through the workers' replay
 sockets. It is what ``radixmeta listen`` runs.
 
-A batch that does not decode is dropped whole and counted; the next batch of
-that worker then shows a gap at its seq, so the replayer asks for it again.
+Nothing a worker sends stops the stream. A batch is filed under the worker and
+rank of the endpoint it arrived on: a native batch that names another is counted
+(``identity_mismatch``) and dropped. A batch that does not decode, or that fails
+in any other way, is dropped whole and counted per worker (logged at a bounded
+rate); the next batch of that worker then shows a gap at its seq, so the replayer
+asks for it again.
 
 A gap older than a worker's replay buffer is resynced from a snapshot when the
 worker serves one (radixmeta's own publisher,
 :class:`~radixmeta.events.publishing.LogPublisher`); a vLLM or SGLang worker is never
-asked, and is cleared and marked stale until its next records instead.
+asked, and is cleared and marked stale until its view is rebuilt instead.
+
+Restarts: the subscriber's socket monitor sees each publisher connect; after a
+publisher connects again, the replayer is told (:meth:`Replayer.reconnected`), and a
+seq at or below the last applied then starts a new stream rather than being taken for
+a duplicate.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
+from radixmeta._keys import check_int, check_seconds
 from radixmeta._records import Record
-from radixmeta.errors import DecodeError, InvalidInputError
+from radixmeta.errors import DecodeError, InvalidInputError, TransportClosedError
+from radixmeta.events._throttle import ThrottledLog
 from radixmeta.events.ingest import BatchConverter
-from radixmeta.events.replay import Replayer, ReplayStats, batch_mark
+from radixmeta.events.replay import (
+    DEFAULT_MAX_PENDING,
+    Replayer,
+    ReplayStats,
+    Unavailable,
+    batch_mark,
+)
 from radixmeta.meta import MetaTree
 from radixmeta.transport import SnapshotResult, ZmqSubscriber, dp_endpoints
 from radixmeta.wire import native, sglang, vllm
 
-__all__ = ["CODECS", "FleetSubscription", "WorkerEndpoint"]
+__all__ = ["CODECS", "FleetSubscription", "IntakeCounts", "WorkerEndpoint", "check_ports"]
 
 logger = logging.getLogger("radixmeta.subscription")
 
@@ -50,7 +67,9 @@ class WorkerEndpoint:
     """One worker's streams: its name, live endpoint (rank 0's) and replay endpoint.
 
     With ``dp_size > 1`` rank ``r`` listens on the base port plus ``r`` (vLLM's and
-    SGLang's rule), for the live and the replay endpoint alike.
+    SGLang's rule), for the live and the replay endpoint alike: leave ``dp_size``
+    ports free after each base (replay port >= live port + dp_size, or below the live
+    port by as much), or two ranks share a port (:func:`check_ports`).
 
     ``snapshot`` says whether the worker's replay socket serves snapshots (radixmeta's
     extension of the protocol): ``None``, the default, leaves it to the codec (a
@@ -92,6 +111,70 @@ class WorkerEndpoint:
                 raise InvalidInputError(msg)
         return cls(name, endpoint, replay, dp_size, snapshot)
 
+    def endpoints(self) -> list[tuple[int, str, str | None]]:
+        """``(rank, live, replay)`` for each dp rank, by the base-port-plus-rank rule."""
+        live = dp_endpoints(self.endpoint, self.dp_size)
+        replay = dp_endpoints(self.replay, self.dp_size) if self.replay else [None] * self.dp_size
+        return [(rank, e, r) for rank, (e, r) in enumerate(zip(live, replay, strict=True))]
+
+
+def check_ports(workers: Sequence[WorkerEndpoint]) -> None:
+    """Refuse a layout in which two streams (live or replay, any rank) share an endpoint.
+
+    vLLM and SGLang add the dp rank to the live and the replay port alike, so a
+    replay port of live + 1 collides at ``dp_size`` 2: rank 1's live port is rank 0's
+    replay port (vLLM then fails with "Address already in use"). Ephemeral ports
+    (``:0``, ``:*``) are not checked.
+
+    Raises
+    ------
+    InvalidInputError
+        Two endpoints are the same; the message names both and the fix.
+    """
+    seen: dict[str, str] = {}
+    for w in workers:
+        for rank, live, replay in w.endpoints():
+            for kind, endpoint in (("live", live), ("replay", replay)):
+                if endpoint is None or endpoint.endswith((":0", ":*")):
+                    continue
+                what = f"worker {w.name!r} rank {rank}'s {kind} endpoint"
+                other = seen.get(endpoint)
+                if other is not None:
+                    msg = (
+                        f"{what} {endpoint} is also {other}: with dp_size {w.dp_size} each "
+                        f"rank adds its rank to both ports, so leave {w.dp_size} ports "
+                        "between a worker's live and replay base ports (e.g. replay = live + "
+                        f"{max(w.dp_size, 2)}... or a separate range)"
+                    )
+                    raise InvalidInputError(msg)
+                seen[endpoint] = what
+
+
+@dataclass
+class IntakeCounts:
+    """Per worker and rank: batches received and those that never became records.
+
+    Attributes
+    ----------
+    batches : int
+        Batches received (live, replayed, probed).
+    decode_errors : int
+        Batches that did not decode (live, replayed or of a snapshot).
+    identity_mismatch : int
+        Batches that named another worker or rank than the endpoint they came on.
+    failures : int
+        Batches that failed in any other way (a converter or record error): dropped,
+        as one that does not decode.
+    """
+
+    batches: int = 0
+    decode_errors: int = 0
+    identity_mismatch: int = 0
+    failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
 
 class FleetSubscription:
     """Subscribe to a fleet's KV events and keep a MetaTree of what each worker holds.
@@ -99,6 +182,7 @@ class FleetSubscription:
     Parameters
     ----------
     workers : sequence of WorkerEndpoint
+        Their endpoints must not collide (:func:`check_ports`).
     codec : {"vllm", "sglang", "native"}
         How the payloads are encoded.
     block_size : int
@@ -115,13 +199,16 @@ class FleetSubscription:
         worker is cleared and marked stale, as one that serves no snapshot.
     restart_window : int, default 16
         See :class:`~radixmeta.events.Replayer`.
+    max_pending : int, default 65536
+        See :class:`~radixmeta.events.Replayer`.
     replayer : Replayer, optional
         Feed this replayer (and its tree, whose page size must be
         ``block_size``) instead of a tree and replayer of the subscription's
         own: how a :class:`~radixmeta.Router` subscribes. Its owner registers
         the workers in the tree, sets where it asks for replays (this
         subscription is a :class:`~radixmeta.events.ReplaySource` for its
-        workers) and chose its ``restart_window``, so that argument is unused.
+        workers) and chose its ``restart_window`` and ``max_pending``, so those
+        arguments are unused.
     on_close : callable, optional
         Called once, with the subscription, after ``close`` closed its sockets: how
         the router it feeds detaches it (stops polling it and asking it for gaps).
@@ -138,9 +225,11 @@ class FleetSubscription:
         ``(worker, dp_rank)`` per endpoint index.
     serves_snapshots : list of bool
         Per endpoint index, whether a gap past its buffer asks it for a snapshot.
+    intake : dict
+        ``(worker, dp_rank) -> IntakeCounts``.
     decode_errors, snapshot_failures : int
-        Batches (live, replayed or of a snapshot) that did not decode; snapshots asked
-        for that did not come, were refused or did not decode.
+        Batches (live, replayed or of a snapshot) that did not decode, over every
+        worker; snapshots asked for that did not come, were refused or did not decode.
     """
 
     def __init__(
@@ -154,6 +243,7 @@ class FleetSubscription:
         replay_timeout: float = 1.0,
         snapshot_timeout: float | None = None,
         restart_window: int = 16,
+        max_pending: int = DEFAULT_MAX_PENDING,
         replayer: Replayer | None = None,
         on_close: Callable[[FleetSubscription], object] | None = None,
         **subscriber_options: Any,
@@ -169,17 +259,24 @@ class FleetSubscription:
                 # vLLM and SGLang keep no snapshot: asking would only cost the timeout.
                 msg = f"worker {w.name!r}: only the native codec's publishers serve snapshots"
                 raise InvalidInputError(msg)
+        check_ports(workers)
         if replayer is not None and replayer.tree.page_size != block_size:
             msg = (
                 f"block_size {block_size} differs from the page size "
                 f"{replayer.tree.page_size} of the replayer's tree"
             )
             raise InvalidInputError(msg)
+        self.replay_timeout = check_seconds("replay_timeout", replay_timeout)
+        self.snapshot_timeout = (
+            self.replay_timeout
+            if snapshot_timeout is None
+            else check_seconds("snapshot_timeout", snapshot_timeout)
+        )
+        restart_window = check_int("restart_window", restart_window, 0)
+        max_pending = check_int("max_pending", max_pending, 1)
         self.codec = codec
         self._decode = CODECS[codec]
         self.tree = MetaTree(block_size) if replayer is None else replayer.tree
-        self.replay_timeout = replay_timeout
-        self.snapshot_timeout = replay_timeout if snapshot_timeout is None else snapshot_timeout
         self.decode_errors = 0
         self.snapshot_failures = 0
         # One subscriber over every (worker, rank) endpoint; a message's source
@@ -188,78 +285,144 @@ class FleetSubscription:
         live: list[str] = []
         replays: list[str | None] = []
         self.serves_snapshots: list[bool] = []  # per source: whether to ask it for one
+        dp_sizes: list[int] = []
         for w in workers:
-            ranks = dp_endpoints(w.endpoint, w.dp_size)
-            replay_ranks = dp_endpoints(w.replay, w.dp_size) if w.replay else [None] * w.dp_size
             # Unless the worker says, a native one is asked and no other (they keep none).
             declared = codec == "native" if w.snapshot is None else w.snapshot
             asks = declared and w.replay is not None
-            for rank, (endpoint, replay) in enumerate(zip(ranks, replay_ranks, strict=True)):
-                if replayer is None:  # else the replayer's owner registered its workers
-                    self.tree.add_worker(w.name, rank)
+            for rank, endpoint, replay in w.endpoints():
                 self.sources.append((w.name, rank))
                 live.append(endpoint)
                 replays.append(replay)
                 self.serves_snapshots.append(asks)
+                dp_sizes.append(w.dp_size)
+        if len(set(self.sources)) != len(self.sources):
+            msg = "each worker may be given once (a name and its ranks are one stream each)"
+            raise InvalidInputError(msg)
         self._index = {key: i for i, key in enumerate(self.sources)}
+        self._dp_sizes = dp_sizes
         self.converters = {key: BatchConverter(block_size, tiers=tiers) for key in self.sources}
+        self.intake = {key: IntakeCounts() for key in self.sources}
+        self._log = ThrottledLog(logger)
         self.subscriber = ZmqSubscriber(
             live, topic=topic, replay_endpoints=replays, **subscriber_options
         )
+        if replayer is None:  # else the replayer's owner registered its workers
+            for name, rank in self.sources:
+                self.tree.add_worker(name, rank)
+        self._owns_replayer = replayer is None
         if replayer is None:
-            replayer = Replayer(self.tree, source=self, restart_window=restart_window)
+            replayer = Replayer(
+                self.tree, source=self, restart_window=restart_window, max_pending=max_pending
+            )
         self.replayer = replayer
+        self._connections = [0] * len(self.sources)  # per source: connections seen so far
         self._on_close = on_close
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self, timeout: float | None = 0.0, *, max_messages: int | None = None) -> int:
-        """Receive what has arrived (waiting up to ``timeout`` for the first); returns messages."""
+        """Receive what has arrived (waiting up to ``timeout`` for the first); returns messages.
+
+        Never raises for what a worker sends: each batch that fails is counted and
+        dropped (see :attr:`intake`). Returns 0 once the subscription is closed.
+        """
         received = 0
         wait = timeout
         while max_messages is None or received < max_messages:
-            message = self.subscriber.recv(timeout=wait)
+            try:
+                message = self.subscriber.recv(timeout=wait)
+            except TransportClosedError:
+                break
             if message is None:
                 break
             received += 1
             wait = 0.0  # drain what is queued, without waiting again
-            name, rank = self.sources[message.source]
-            records = self._records(name, rank, message.seq, message.payload)
-            if records is not None:
-                self.replayer.submit_batch(name, rank, message.seq, records)
+            self._take(message.source, message.seq, message.payload)
         return received
 
+    def _take(self, index: int, seq: int, payload: bytes) -> None:
+        """One live batch into the replayer; whatever fails is counted, never raised."""
+        name, rank = self.sources[index]
+        try:
+            connections = self.subscriber.connections[index]
+            if connections > self._connections[index]:
+                if self._connections[index] > 0:  # connected again: perhaps a new stream
+                    self.replayer.reconnected(name, rank)
+                self._connections[index] = connections
+            records = self._records(name, rank, seq, payload)
+            if records is not None:
+                self.replayer.submit_batch(name, rank, seq, records)
+        except Exception as exc:  # nothing a worker sends may stop the rest
+            self._failed(name, rank, seq, "failures", exc)
+
     def _records(self, name: str, rank: int, seq: int, payload: bytes) -> list[Record] | None:
+        """The records of one batch of ``(name, rank)``, or None (counted and logged)."""
+        intake = self.intake[(name, rank)]
+        intake.batches += 1
         try:
             if self.codec == "native":
-                return list(native.decode_batch(payload, seq=seq).records)
-            batch = self._decode(payload)
+                batch = native.decode_batch(payload, seq=seq)
+                if (batch.worker, batch.dp_rank) != (name, rank):
+                    intake.identity_mismatch += 1
+                    self._mismatch(name, rank, seq, f"worker {batch.worker!r} rank {batch.dp_rank}")
+                    return None
+                return list(batch.records)
+            engine = self._decode(payload)
+            if (
+                self._dp_sizes[self._index[(name, rank)]] > 1
+                and engine.dp_rank is not None
+                and engine.dp_rank != rank
+            ):
+                intake.identity_mismatch += 1
+                self._mismatch(name, rank, seq, f"dp rank {engine.dp_rank}")
+                return None
+            return self.converters[(name, rank)].records(
+                engine, worker=name, dp_rank=rank, seq=seq
+            )
         except DecodeError as exc:
             self.decode_errors += 1
-            logger.warning("worker (%r, dp_rank=%d) batch %d dropped: %s", name, rank, seq, exc)
-            return None
-        return self.converters[(name, rank)].records(batch, worker=name, dp_rank=rank, seq=seq)
+            self._failed(name, rank, seq, "decode_errors", exc)
+        except Exception as exc:  # a bug or a converter error: one batch lost
+            self._failed(name, rank, seq, "failures", exc)
+        return None
+
+    def _mismatch(self, name: str, rank: int, seq: int, named: str) -> None:
+        problem = f"batch {seq} names {named}, not the endpoint's: dropped"
+        self.replayer.report(name, rank, problem)
+        self._log.warning(
+            ((name, rank), "identity"),
+            "worker (%r, dp_rank=%d): batch %d names %s, but came on this worker's "
+            "endpoint: dropped (a batch is filed under the endpoint it arrives on)",
+            name,
+            rank,
+            seq,
+            named,
+        )
+
+    def _failed(self, name: str, rank: int, seq: int, counter: str, exc: Exception) -> None:
+        if counter == "failures":
+            self.intake[(name, rank)].failures += 1
+        else:
+            self.intake[(name, rank)].decode_errors += 1
+        self.replayer.report(name, rank, f"batch {seq} dropped: {exc}")
+        self._log.warning(
+            ((name, rank), counter),
+            "worker (%r, dp_rank=%d) batch %d dropped: %s",
+            name,
+            rank,
+            seq,
+            exc,
+        )
 
     def probe(self) -> int:
-        """Ask each worker's replay socket for what followed its last applied batch.
+        """Ask each worker's replay socket, in the background, for what followed its last batch.
 
         A batch lost at the end of a burst shows no gap until the worker sends
-        again; an idle router probes now and then to find such tail losses.
-        Returns the batches found (a quiet fleet costs one empty reply each).
+        again; an idle router probes now and then to find such tail losses (see
+        :meth:`Replayer.probe`). What comes back is applied by the next replay
+        and counted in the worker's gaps and replays. Returns the probes sent.
         """
-        applied = {(w.worker, w.dp_rank): w.applied_seq for w in self.replayer.lag()}
-        found = 0
-        for index, (name, rank) in enumerate(self.sources):
-            if self.subscriber.replay_endpoints[index] is None:
-                continue
-            seq = applied.get((name, rank))
-            start = 0 if seq is None else seq + 1
-            result = self.subscriber.replay(index, start, timeout=self.replay_timeout)
-            for batch in result.batches:
-                records = self._records(name, rank, batch.seq, batch.payload)
-                if records is not None:
-                    self.replayer.submit_batch(name, rank, batch.seq, records)
-                    found += 1
-        return found
+        return self.replayer.probe()
 
     def step(
         self,
@@ -273,71 +436,122 @@ class FleetSubscription:
         return self.replayer.replay(max_records=max_records, max_seconds=max_seconds)
 
     # -- ReplaySource ----------------------------------------------------------------------
-    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | None:
-        """Ask the worker's replay socket for what it holds from ``from_seq`` (None: cannot)."""
+    def can_replay(self, worker: str, dp_rank: int) -> bool:
+        """Whether the worker has a replay endpoint (and the subscription is open)."""
         index = self._index.get((worker, dp_rank))
-        if index is None or self.subscriber.endpoints is None:
-            return None
+        return (
+            index is not None
+            and not self.subscriber.closed
+            and self.subscriber.replay_endpoints[index] is not None
+        )
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | Unavailable:
+        """Ask the worker's replay socket for what it holds from ``from_seq``.
+
+        Returns the records, or an :class:`Unavailable` that says why not: no replay
+        endpoint, a timeout with nothing received, a closed subscription, a batch
+        that does not decode. Waits up to ``replay_timeout``; never raises for what
+        the worker sends.
+        """
+        index = self._index.get((worker, dp_rank))
+        if index is None:
+            return Unavailable("not a worker of this subscription")
+        if self.subscriber.replay_endpoints[index] is None:
+            return Unavailable("no replay endpoint")
         try:
             result = self.subscriber.replay(index, from_seq, timeout=self.replay_timeout)
-        except InvalidInputError:  # this worker has no replay endpoint
-            return None
+        except TransportClosedError:
+            return Unavailable("the subscription is closed")
         if not result.batches:
-            return None
+            if result.timed_out:
+                return Unavailable(f"replay timed out after {self.replay_timeout:g} s")
+            return []  # the publisher holds nothing from there: complete, and empty
         out: list[Record] = []
         for batch in result.batches:
             records = self._records(worker, dp_rank, batch.seq, batch.payload)
             if records is None:  # it does not decode on replay either: the source cannot help
-                return None
+                return Unavailable(f"replayed batch {batch.seq} is unusable (see the log)")
             # A batch that kept no record still moves the cursor past its seq.
             out.extend(records if records else [batch_mark(worker, dp_rank, batch.seq)])
         return out
 
-    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | None:
-        """Ask the worker's replay socket for a snapshot, if it serves them (None: cannot).
+    def snapshot(self, worker: str, dp_rank: int) -> list[Record] | Unavailable:
+        """Ask the worker's replay socket for a snapshot, if it serves them.
 
         Only a worker that declares snapshots is asked (see :class:`WorkerEndpoint`):
         vLLM and SGLang publishers keep none. A snapshot that does not come in
         ``snapshot_timeout``, is refused, or does not decode is counted in
-        ``snapshot_failures`` and logged, and the answer is None: the replayer then
-        clears the worker and marks it stale. Never raises for what the worker sends.
+        ``snapshot_failures`` and logged, and the answer is an :class:`Unavailable`
+        that says which: the replayer then clears the worker and marks it stale.
+        Never raises for what the worker sends.
         """
         index = self._index.get((worker, dp_rank))
-        if index is None or not self.serves_snapshots[index]:
-            return None
-        result = self.subscriber.snapshot(index, timeout=self.snapshot_timeout)
+        if index is None:
+            return Unavailable("not a worker of this subscription")
+        if not self.serves_snapshots[index]:
+            why = "no replay endpoint" if self.subscriber.replay_endpoints[index] is None else (
+                f"the {self.codec} publisher keeps none" if self.codec != "native"
+                else "the worker is declared snapshot=no"
+            )
+            return Unavailable(f"no snapshot ({why})")
+        try:
+            result = self.subscriber.snapshot(index, timeout=self.snapshot_timeout)
+        except TransportClosedError:
+            return Unavailable("no snapshot (the subscription is closed)")
         records = self._snapshot_records(worker, dp_rank, result)
-        if records is None:
+        if isinstance(records, Unavailable):
             self.snapshot_failures += 1
         return records
 
     def _snapshot_records(
         self, worker: str, dp_rank: int, result: SnapshotResult
-    ) -> list[Record] | None:
+    ) -> list[Record] | Unavailable:
         if result.seq is None:
-            logger.warning("worker (%r, dp_rank=%d): no snapshot (%s)", worker, dp_rank,
-                           result.status.replace("_", " "))
-            return None
+            why = (
+                f"the snapshot timed out after {self.snapshot_timeout:g} s"
+                if result.status == "timed_out"
+                else "no snapshot (the publisher has none)"
+            )
+            self._log.warning(((worker, dp_rank), "snapshot"),
+                              "worker (%r, dp_rank=%d): %s", worker, dp_rank, why)
+            return Unavailable(why)
         records: list[Record] = []
         for payload in result.payloads:
             try:
-                records.extend(native.decode_batch(payload, seq=result.seq).records)
+                batch = native.decode_batch(payload, seq=result.seq)
             except DecodeError as exc:
                 self.decode_errors += 1
-                logger.warning("worker (%r, dp_rank=%d): snapshot at seq %d dropped: %s",
-                               worker, dp_rank, result.seq, exc)
-                return None
+                self.intake[(worker, dp_rank)].decode_errors += 1
+                self._log.warning(((worker, dp_rank), "snapshot"),
+                                  "worker (%r, dp_rank=%d): snapshot at seq %d dropped: %s",
+                                  worker, dp_rank, result.seq, exc)
+                return Unavailable(f"the snapshot at seq {result.seq} does not decode")
+            if (batch.worker, batch.dp_rank) != (worker, dp_rank):
+                self.intake[(worker, dp_rank)].identity_mismatch += 1
+                self._mismatch(worker, dp_rank, result.seq, f"worker {batch.worker!r} rank "
+                               f"{batch.dp_rank} (a snapshot)")
+                return Unavailable("the snapshot names another worker")
+            records.extend(batch.records)
         # An empty state still names the seq it is consistent with (see ReplaySource).
         return records or [batch_mark(worker, dp_rank, result.seq)]
 
     # -- state -------------------------------------------------------------------------------
     def worker_state(self) -> list[dict[str, Any]]:
-        """Per (worker, rank): tokens held, replay counts, lag and what conversion left out."""
+        """Per (worker, rank): tokens held, replay counts, lag, state and what was left out.
+
+        The keys are documented with ``radixmeta listen --json-out`` (see the Events
+        page): ``worker``, ``dp_rank``, ``tokens``, ``applied``, ``duplicates``,
+        ``gaps``, ``replays``, ``resyncs``, ``stale``, ``repairing``, ``restarts``,
+        ``malformed``, ``dropped``, ``lag_records``, ``lag_seconds``,
+        ``last_applied_seconds``, ``newest_seq``, ``last_error``, ``block_size``
+        (the engine's, when it differs from the router's), ``intake`` and ``skipped``.
+        """
         lag = {(w.worker, w.dp_rank): w for w in self.replayer.lag()}
         out = []
         for name, rank in self.sources:
             stats = self.replayer.worker_stats(name, rank)
             wl = lag.get((name, rank))
+            converter = self.converters[(name, rank)]
             out.append(
                 {
                     "worker": name,
@@ -349,19 +563,34 @@ class FleetSubscription:
                     "replays": stats.replays_requested,
                     "resyncs": stats.resyncs,
                     "stale": bool(wl and wl.stale),
+                    "repairing": bool(wl and wl.repairing),
                     "restarts": stats.restarts,
                     "malformed": stats.malformed,
+                    "dropped": stats.dropped,
                     "lag_records": wl.records if wl else 0,
                     "lag_seconds": round(wl.seconds, 3) if wl else 0.0,
+                    "last_applied_seconds": (
+                        None if wl is None or wl.last_applied is None
+                        else round(wl.last_applied, 3)
+                    ),
                     "newest_seq": wl.newest_seq if wl else None,
-                    "skipped": self.converters[(name, rank)].counts.as_dict(),
+                    "last_error": wl.last_error if wl else None,
+                    "block_size": converter.wrong_block_size,
+                    "intake": self.intake[(name, rank)].as_dict(),
+                    "skipped": converter.counts.as_dict(),
                 }
             )
         return out
 
     def close(self) -> None:
-        """Close the sockets, then tell the owner given as ``on_close`` (idempotent)."""
+        """Close the sockets, then tell the owner given as ``on_close`` (idempotent).
+
+        A replayer of the subscription's own is closed too (its repairs end as the
+        sockets close); a router's replayer is the router's to close.
+        """
         self.subscriber.close()
+        if self._owns_replayer:
+            self.replayer.close(timeout=1.0)
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close(self)

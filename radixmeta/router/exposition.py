@@ -37,11 +37,15 @@ _PER_WORKER = [
 ]
 
 
-class _Snapshot:
-    """A collector over one metrics() dict."""
+_THREAD_STATES = ("not started", "running", "backing off", "stopped", "dead")
 
-    def __init__(self, metrics: dict[str, Any]) -> None:
+
+class _Snapshot:
+    """A collector over one metrics() dict and one health() dict."""
+
+    def __init__(self, metrics: dict[str, Any], health: dict[str, Any] | None) -> None:
         self.metrics = metrics
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -85,6 +89,48 @@ class _Snapshot:
         yield GaugeMetricFamily(
             _PREFIX + "tree_holds", "Optimistic holds in the tree", value=m["tree"]["holds"]
         )
+        if self.health is not None:
+            yield from _health(self.health)
+
+
+def _health(health: dict[str, Any]) -> Iterator[Metric]:
+    """The event path's health: the thread, and each worker's view."""
+    thread = health["thread"]
+    yield GaugeMetricFamily(
+        _PREFIX + "event_thread_up",
+        "Whether the router's event thread (Router.start) is alive",
+        value=float(thread["alive"]),
+    )
+    state = GaugeMetricFamily(
+        _PREFIX + "event_thread_state", "The event thread's state (1 for the current one)",
+        labels=["state"],
+    )
+    for name in _THREAD_STATES:
+        state.add_metric([name], float(thread["state"] == name))
+    yield state
+    yield CounterMetricFamily(
+        _PREFIX + "event_thread_errors",
+        "Turns of the event thread that raised (each logged; the thread went on)",
+        value=thread["errors"],
+    )
+    yield GaugeMetricFamily(
+        _PREFIX + "replay_asking", "Repairs and probes waiting for a source's answer",
+        value=health["asking"],
+    )
+    workers = health["workers"]
+    yield _gauge(
+        "replay_repairing", "Whether a replay or snapshot request for the worker is in flight",
+        workers, "repairing",
+    )
+    applied = GaugeMetricFamily(
+        _PREFIX + "replay_last_applied_seconds",
+        "Seconds since a record of the worker was applied (absent: none yet)",
+        labels=_LABELS,
+    )
+    for w in workers:
+        if w["last_applied"] is not None:
+            applied.add_metric([w["worker"], str(w["dp_rank"])], float(w["last_applied"]))
+    yield applied
 
 
 def _gauge(name: str, text: str, rows: list[dict[str, Any]], key: Any) -> GaugeMetricFamily:
@@ -95,8 +141,8 @@ def _gauge(name: str, text: str, rows: list[dict[str, Any]], key: Any) -> GaugeM
     return family
 
 
-def exposition(metrics: dict[str, Any]) -> str:
-    """The text exposition of one ``Router.metrics()`` snapshot."""
+def exposition(metrics: dict[str, Any], health: dict[str, Any] | None = None) -> str:
+    """The text exposition of one ``Router.metrics()`` (and ``Router.health()``) snapshot."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(metrics))
+    registry.register(_Snapshot(metrics, health))
     return generate_latest(registry).decode()

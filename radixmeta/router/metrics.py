@@ -7,9 +7,9 @@ of the same numbers is :func:`radixmeta.router.exposition.exposition`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from radixmeta.events.replay import Replayer
 from radixmeta.meta import MetaTree
@@ -17,7 +17,11 @@ from radixmeta.policies.base import EngineLoad
 from radixmeta.router.decision import Decision
 from radixmeta.router.registry import Registry
 
-__all__ = ["replay_metrics", "worker_metrics"]
+if TYPE_CHECKING:
+    from radixmeta._workers import WorkerId
+    from radixmeta.router.feed import EventThread
+
+__all__ = ["health_of", "replay_metrics", "worker_metrics"]
 
 
 def worker_metrics(
@@ -76,3 +80,48 @@ def replay_metrics(replayer: Replayer) -> dict[str, Any]:
         "pending": replayer.pending,
         "lag": [asdict(entry) for entry in replayer.lag()],
     }
+
+
+def health_of(
+    mode: str,
+    thread: EventThread | None,
+    replayer: Replayer,
+    workers: Iterable[WorkerId],
+    subscribed: set[tuple[str, int]],
+) -> dict[str, Any]:
+    """``Router.health()``: the event thread's state and each worker's view (no lock held)."""
+    lag = {(w.worker, w.dp_rank): w for w in replayer.lag()}
+    rows = []
+    for w in workers:
+        key = (w.name, w.dp_rank)
+        entry = lag.get(key)
+        rows.append(
+            {
+                "worker": w.name,
+                "dp_rank": w.dp_rank,
+                "subscribed": key in subscribed,
+                "last_applied": None if entry is None else entry.last_applied,
+                "lag_records": 0 if entry is None else entry.records,
+                "lag_seconds": 0.0 if entry is None else entry.seconds,
+                "stale": bool(entry and entry.stale),
+                "repairing": bool(entry and entry.repairing),
+                "last_error": None if entry is None else entry.last_error,
+            }
+        )
+    return {
+        "mode": mode,
+        "thread": _NOT_STARTED if thread is None else thread.health(),
+        "pending": replayer.pending,
+        "asking": replayer.asking,
+        "workers": rows,
+    }
+
+
+_NOT_STARTED = {
+    "state": "not started",
+    "alive": False,
+    "turns": 0,
+    "errors": 0,
+    "last_error": None,
+    "seconds_since_turn": None,
+}

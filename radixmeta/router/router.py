@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from radixmeta._impl import backend
-from radixmeta._keys import check_int
+from radixmeta._keys import check_int, check_seconds
 from radixmeta._workers import WorkerId
 from radixmeta.errors import (
     DuplicateRequestError,
@@ -33,7 +33,7 @@ from radixmeta.errors import (
     StaleWorkerError,
     UnknownRequestError,
 )
-from radixmeta.events.replay import ReplaySource, ReplayStats
+from radixmeta.events.replay import DEFAULT_MAX_PENDING, ReplaySource, ReplayStats
 from radixmeta.meta import MetaTree
 from radixmeta.policies import as_policy
 from radixmeta.policies.base import BatchPolicy, EngineLoad, Policy, Request
@@ -41,7 +41,7 @@ from radixmeta.router import batch
 from radixmeta.router.decision import Decision
 from radixmeta.router.estimate import Estimate
 from radixmeta.router.feed import EventFeed
-from radixmeta.router.metrics import replay_metrics, worker_metrics
+from radixmeta.router.metrics import health_of, replay_metrics, worker_metrics
 from radixmeta.router.registry import Registry, WorkerLoad
 
 if TYPE_CHECKING:
@@ -78,6 +78,13 @@ class Router:
         object with ``replay`` and ``snapshot`` methods.
     restart_window : int, default 16
         See :class:`~radixmeta.events.Replayer`; an integer >= 0.
+    max_pending : int, default 65536
+        Records one worker may have waiting before more are dropped (the worker is
+        then repaired or resynced instead): see :class:`~radixmeta.events.Replayer`.
+    probe_interval : float, default 1.0
+        Seconds between two probes for lost tails by ``idle`` (and so by the
+        thread of ``start``): each worker quiet that long is asked, in the
+        background, for what followed its last batch. 0 never probes.
     group_ratio : float, default 0.5
         ``dispatch_batch``: two requests of a batch are grouped when they share
         at least one page and at least this share of the shorter prompt.
@@ -113,6 +120,8 @@ class Router:
         mode: str = "exact",
         source: ReplaySource | None = None,
         restart_window: int = 16,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        probe_interval: float = 1.0,
         group_ratio: float = 0.5,
         group_slack: int = 32,
         clock: Callable[[], float] = time.monotonic,
@@ -146,7 +155,13 @@ class Router:
         self.tree = MetaTree(page_size)
         self.page_size = self.tree.page_size
         self._exact = mode == "exact"
-        self._feed = EventFeed(self.tree, source, check_int("restart_window", restart_window, 0))
+        self._feed = EventFeed(
+            self.tree,
+            source,
+            check_int("restart_window", restart_window, 0),
+            check_int("max_pending", max_pending, 1),
+            check_seconds("probe_interval", probe_interval),
+        )
         self._registry = Registry(self.tree)
         # What a worker will still hold when a request runs there (View.expected).
         self._estimate = Estimate(self.tree, self._exact)
@@ -744,8 +759,18 @@ class Router:
     def idle(
         self, *, max_records: int | None = None, max_seconds: float | None = None
     ) -> ReplayStats:
-        """One turn of an idle loop: receive what the subscriptions have, then replay."""
+        """One turn of an idle loop: receive, probe for lost tails when due, replay.
+
+        Receives what the subscriptions have (a bounded number of batches each,
+        without waiting), sends the probes that are due (every ``probe_interval``,
+        in the background), and replays within the budget. Socket waits (repairs,
+        probes) run on the replayer's threads, holding no lock: dispatch goes on
+        meanwhile against what the router holds. Without a budget the replay
+        waits for them (see ``Replayer.replay``); the thread of ``start`` always
+        has one.
+        """
         self._feed.poll()
+        self._feed.probe_if_due()
         return self.replay(max_records, max_seconds)
 
     def subscribe(
@@ -824,11 +849,31 @@ class Router:
         with self._lock:
             self._feed.detach(subscription)
 
-    def start(self, interval: float = 0.01, **budget: Any) -> None:
-        """Run ``idle`` in a background thread every ``interval`` seconds until ``close``."""
+    def start(
+        self,
+        interval: float = 0.01,
+        *,
+        max_records: int | None = None,
+        max_seconds: float | None = 0.02,
+    ) -> None:
+        """Run ``idle`` in a background thread every ``interval`` seconds until ``close``.
+
+        The thread is supervised: a turn that raises is logged and counted, and
+        the thread goes on after a backoff (``health()`` shows its state). Each
+        turn replays within the budget given (``max_seconds`` 0.02 by default, so
+        no turn waits on a repair), and probes for lost tails every
+        ``probe_interval``.
+        """
+        interval = check_seconds("interval", interval)
+        if max_records is not None:
+            max_records = check_int("max_records", max_records, 0)
+        if max_seconds is not None:
+            max_seconds = check_seconds("max_seconds", max_seconds)
         with self._lock:
             self._check_open()
-            self._feed.start(interval, lambda: self.idle(**budget))
+            self._feed.start(
+                interval, lambda: self.idle(max_records=max_records, max_seconds=max_seconds)
+            )
 
     def _check_exact(self, what: str) -> None:
         if not self._exact:
@@ -876,26 +921,57 @@ class Router:
         }
 
     def metrics_text(self) -> str:
-        """``metrics()`` in the Prometheus text exposition format (``radixmeta_router_*``)."""
+        """``metrics()`` and ``health()`` in the Prometheus text exposition format
+        (``radixmeta_router_*``). Never waits on a socket."""
         from radixmeta.router.exposition import exposition
 
-        return exposition(self.metrics())
+        return exposition(self.metrics(), self.health())
+
+    def health(self) -> dict[str, Any]:
+        """Whether the event path is alive, and the state of each worker's view.
+
+        Never waits on a socket: repairs run on threads of their own.
+
+        Returns
+        -------
+        dict
+            ``mode``; ``thread``: the background thread of ``start`` (``state``:
+            ``"not started"``, ``"running"``, ``"backing off"`` after a turn
+            raised, ``"stopped"``, or ``"dead"``; ``alive``, ``turns``,
+            ``errors``, ``last_error``, ``seconds_since_turn``); ``pending``
+            records and ``asking`` (repairs and probes in flight); ``workers``:
+            per registered worker ``worker``, ``dp_rank``, ``subscribed``,
+            ``last_applied`` (seconds since a record of it was applied, None if
+            none was), ``lag_records``, ``lag_seconds``, ``stale`` (records were
+            lost for good: its view is partial until rebuilt), ``repairing`` (a
+            replay or snapshot request is in flight; dispatch uses what the
+            router holds meanwhile) and ``last_error``.
+        """
+        with self._lock:
+            workers = list(self.tree.workers)
+            subscribed = set(self._feed.sources.by_worker)
+        return health_of(self.mode, self._feed.thread, self.replayer, workers, subscribed)
 
     # -- life ----------------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background thread and close the subscriptions (idempotent).
+        """Stop the background thread, the repairs and the subscriptions (idempotent).
 
-        Requests in flight can still be finished or expired; nothing can be dispatched.
+        The subscriptions are closed first, which ends their requests in flight at
+        once (a repair waiting on a dead replay socket returns), then the threads
+        are joined, each within ``timeout``: a router mid-repair closes in well under
+        a second. Requests in flight can still be finished or expired; nothing can
+        be dispatched.
         """
         with self._lock:
             self._closed = True
             thread = self._feed.take_thread()
             subscriptions = self._feed.take_subscriptions()
-        if thread is not None:
-            thread.join(timeout)
-        self.replayer.stop(timeout)
         for subscription in subscriptions:
             subscription.close()
+        started = time.monotonic()
+        if thread is not None:
+            thread.join(timeout)
+        self.replayer.close(max(0.0, timeout - (time.monotonic() - started)))
 
     @property
     def closed(self) -> bool:

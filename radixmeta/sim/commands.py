@@ -8,6 +8,7 @@ write what ``--out`` and ``--trace-out`` ask for.
 from __future__ import annotations
 
 import argparse
+import decimal
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 
+# The trees count tokens in int64; a bound far below that keeps sums of pools exact.
+_MAX_CAPACITY = 2**53
+
+
 def parse_capacity(text: str, model_tokens: int | None = None) -> int | str | None:
     """A ``--capacity`` value: tokens, unbounded, or the cost model's pool or a multiple of it.
 
@@ -65,11 +70,18 @@ def parse_capacity(text: str, model_tokens: int | None = None) -> int | str | No
         return max(1, round(model_tokens * times))
     scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
     number = t[:-1] if scale != 1 else t
+    # Decimal, not float: 1234567.8k is 1,234,567,800 tokens exactly, where a float
+    # product lands a fraction off and would be refused as not whole.
     try:
-        value = float(number) * scale
-    except ValueError:
+        value = decimal.Decimal(number) * scale
+    except decimal.InvalidOperation:
+        value = decimal.Decimal("nan")
+    if not value.is_finite():
         msg = f"capacity {text!r} is not a number of tokens (like 8000, 8k, 1.5m or inf)"
         raise InvalidInputError(msg) from None
+    if value > _MAX_CAPACITY:
+        msg = f"capacity {text!r} is past any pool ({_MAX_CAPACITY:,} tokens); use inf"
+        raise InvalidInputError(msg)
     if value < 1 or value != int(value):
         msg = f"capacity {text!r} must be a whole number of tokens >= 1, or inf"
         raise InvalidInputError(msg)

@@ -63,11 +63,20 @@ def format_capacity(capacity: int | None) -> str:
     """
     if capacity is None:
         return "inf"
+    # Integer arithmetic, not ``f"{x:g}"``: ``g`` keeps six significant digits, so
+    # 170,270,100 would print as 170270k and parse back 100 tokens short.
     if capacity >= 1_000_000 and capacity % 10_000 == 0:
-        return f"{capacity / 1_000_000:g}m"
+        return _scaled(capacity, 1_000_000, 2) + "m"
     if capacity >= 1_000 and capacity % 100 == 0:
-        return f"{capacity / 1_000:g}k"
+        return _scaled(capacity, 1_000, 1) + "k"
     return str(capacity)
+
+
+def _scaled(value: int, unit: int, decimals: int) -> str:
+    """``value / unit`` written exactly with at most ``decimals`` decimals, no trailing 0."""
+    whole, rest = divmod(value, unit)
+    fraction = str(rest * 10**decimals // unit).rjust(decimals, "0").rstrip("0")
+    return f"{whole}.{fraction}" if fraction else str(whole)
 
 
 def _get(summary: Mapping[str, Any], *path: str) -> Any:

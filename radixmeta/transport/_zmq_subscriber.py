@@ -2,13 +2,27 @@
 
 The DEALER client asks the publisher's ROUTER for a replay (vLLM's request) or for a
 snapshot (radixmeta's); each request gets a fresh DEALER and a run object that reads its
-replies, so the thread and asyncio subscribers share everything but the waiting.
+replies, so the thread and asyncio subscribers share everything but the waiting. Requests
+may run in several threads at once (one per worker being repaired): each has its own
+DEALER, and none holds a lock while it waits.
+
+The thread subscriber also keeps a small *keeper* thread. A ZeroMQ socket handles its
+peers' comings and goings only when its owning thread uses it: a SUB whose publisher
+restarted sends it the subscription again only at the next ``recv``, so a batch the new
+publisher sends before that is lost (and a bound SUB never attaches a new peer at all).
+The keeper waits on the sockets' notification descriptors, and when one signals it takes
+the socket lock (the one ``recv`` holds) and lets the sockets process what is pending:
+the subscription goes out as soon as the connection is up, with no ``recv`` needed. It
+also counts each endpoint's connections from the socket monitors (``connections``), which
+tells a consumer that a publisher connected again, perhaps a new one.
 """
 
 from __future__ import annotations
 
 import logging
+import selectors
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -61,6 +75,11 @@ _ASYNC_SLICE = 0.1
 # How often wait_connected touches the SUB sockets (see _SubscriberBase._touch).
 _CONNECT_POLL = 0.01
 _MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+# How long the keeper waits for the socket lock before it lets a running recv (whose poll
+# processes the same pending commands) do the work, and how long close() waits for the
+# requests and the keeper to notice.
+_KEEPER_LOCK_WAIT = 0.05
+_CLOSE_WAIT = 5.0
 
 
 class _Run(Protocol):
@@ -188,15 +207,17 @@ class _SubscriberBase:
         check_bind(bind)
         self.stats = SubscriberStats()
         self._closed = False
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # closed, the request count, the stats
+        self._requests_done = threading.Condition(self._state_lock)
+        self._requests = 0  # replay and snapshot requests in flight
         self._recv_lock = threading.Lock()  # the SUB and monitor sockets
-        self._replay_lock = threading.Lock()  # one replay at a time
         self._ready: deque[int] = deque()  # SUB sockets a poll found readable, in turn
         self._queued: set[int] = set()  # the same, as a set
         self._reads_since_poll = 0
         self._subs: list[zmq.Socket[Any]] = []
         self._monitors: list[zmq.Socket[Any]] = []
         self._peers = [0] * len(given)  # live connections per endpoint, from the monitors
+        self._connections = [0] * len(given)  # connections ever made per endpoint
         self._ctx, self._owns_ctx = context_for(context)
         self._wakeup = Wakeup()
         resolved: list[str] = []
@@ -261,6 +282,17 @@ class _SubscriberBase:
         """Per endpoint, whether a peer was connected when the monitors were last read."""
         return tuple(peers > 0 for peers in self._peers)
 
+    @property
+    def connections(self) -> tuple[int, ...]:
+        """Per endpoint, the connections made so far (handshakes the monitor saw).
+
+        A count that grows past 1 means the publisher connected again: the same one
+        after a network fault, or a restarted one whose numbering starts again. The
+        monitor of an endpoint is read before each of its batches is, so a batch that
+        a new connection brought is never returned before that connection is counted.
+        """
+        return tuple(self._connections)
+
     # -- non-blocking steps ----------------------------------------------------------------
     def _take(self) -> Message | None:
         """Return the next well-formed live message a poll found, or None. Never blocks."""
@@ -271,6 +303,7 @@ class _SubscriberBase:
         ready = self._ready
         while ready:
             i = ready.popleft()
+            self._read_monitor(i)  # a new connection is counted before its first batch
             try:
                 frames = self._subs[i].recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -312,6 +345,7 @@ class _SubscriberBase:
             event = parse_monitor_message(frames)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._peers[i] += 1
+                self._connections[i] += 1
             elif event == zmq.EVENT_DISCONNECTED:
                 self._peers[i] = max(0, self._peers[i] - 1)
 
@@ -404,8 +438,10 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
     and ``Message.source`` is the rank. Live messages must be exactly
     ``[topic, seq (8 bytes), payload]``; anything else is counted in
     ``stats.malformed`` and skipped, never raised. Thread-safe: ``recv`` (and
-    ``wait_connected``) in one thread, ``replay`` and ``snapshot`` in another (one at a
-    time), ``close`` from any.
+    ``wait_connected``) in one thread, ``replay`` and ``snapshot`` in any others (several
+    at once, each on a connection of its own), ``close`` from any. A keeper thread
+    re-subscribes to a publisher that restarted as soon as it is back, with no ``recv``
+    needed (see the module's notes); ``close`` stops it.
 
     Parameters
     ----------
@@ -543,7 +579,8 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
         limit = check_timeout(timeout)
         run = _ReplayRun(index, start_seq)
         self._exchange("replay", endpoint, replay_request(start_seq), run, limit)
-        return run.result(self.stats)
+        with self._state_lock:
+            return run.result(self.stats)
 
     def snapshot(self, source: int | str, *, timeout: float = 5.0) -> SnapshotResult:
         """Ask a radixmeta publisher's replay socket for a snapshot of its worker.
@@ -580,17 +617,23 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
         limit = check_timeout(timeout)
         run = _SnapshotRun(index)
         self._exchange("snapshot", endpoint, snapshot_request(), run, limit)
-        return run.result(self.stats)
+        with self._state_lock:
+            return run.result(self.stats)
 
     def _exchange(
         self, what: str, endpoint: str, request: Sequence[bytes], run: _Run, limit: float | None
     ) -> None:
-        """Send ``request`` on a fresh DEALER and feed the replies to ``run`` until done."""
+        """Send ``request`` on a fresh DEALER and feed the replies to ``run`` until done.
+
+        No lock is held while it waits: requests to several publishers run at once.
+        """
         deadline = deadline_after(limit)
-        with self._replay_lock:
+        with self._state_lock:
             if self._closed:
                 msg = f"{what} on a closed ZmqSubscriber"
                 raise TransportClosedError(msg)
+            self._requests += 1
+        try:
             dealer = self._open_request(endpoint, request)
             if dealer is None:
                 return
@@ -606,6 +649,41 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
                         run.drain(dealer)
             finally:
                 dealer.close(linger=0)
+        finally:
+            with self._state_lock:
+                self._requests -= 1
+                self._requests_done.notify_all()
+
+    def _open_waiting(self) -> None:
+        # The keeper's view of the sockets: their notification descriptors, read once
+        # here by the thread that made them (a getsockopt is a use of the socket).
+        self._selector = selectors.DefaultSelector()
+        for sock in (*self._subs, *self._monitors):
+            self._selector.register(int(sock.getsockopt(zmq.FD)), selectors.EVENT_READ)
+        self._selector.register(self._wakeup.reader, selectors.EVENT_READ)
+        self._keeper = threading.Thread(
+            target=self._keep, name="radixmeta-zmq-keeper", daemon=True
+        )
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """Let the sockets process their peers' commands as soon as they come (see above)."""
+        try:
+            while not self._closed:
+                if not self._selector.select(timeout=1.0) or self._closed:
+                    continue
+                if not self._recv_lock.acquire(timeout=_KEEPER_LOCK_WAIT):
+                    continue  # a recv holds the sockets: its poll processes the same
+                try:
+                    if not self._closed:
+                        self._touch()
+                finally:
+                    self._recv_lock.release()
+                # What a descriptor signalled is processed now; a descriptor may stay
+                # readable a moment after, so do not spin on it.
+                time.sleep(0.001)
+        except Exception:  # the keeper must never take the subscriber down with it
+            _log.exception("the subscriber's keeper thread stopped")
 
     def close(self) -> None:
         """Close every socket with linger 0; a blocked call in another thread returns.
@@ -614,8 +692,14 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
         """
         if not self._mark_closed():
             return
-        with self._recv_lock, self._replay_lock:
+        with self._state_lock:
+            self._requests_done.wait_for(lambda: self._requests == 0, _CLOSE_WAIT)
+        self._keeper.join(_CLOSE_WAIT)
+        with self._recv_lock:
+            self._selector.close()
             self._close_sockets()
+        if self._requests:
+            _log.warning("a replay request did not end within %g s of close()", _CLOSE_WAIT)
 
     def __repr__(self) -> str:
         return f"ZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
