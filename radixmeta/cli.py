@@ -3,7 +3,8 @@
 - ``radixmeta simulate`` runs the simulator (:mod:`radixmeta.sim`): with no
   arguments, the built-in generated shared-prefix workload on 4 workers under
   every policy, and a comparison table.
-- ``radixmeta reproduce a4`` reproduces the SGLang paper's appendix A.4 on MMLU.
+- ``radixmeta reproduce a4`` reproduces the SGLang paper's appendix A.4 on MMLU;
+  ``radixmeta reproduce traces`` checks ``default`` against every policy on traces.
 - ``radixmeta listen`` subscribes to a live fleet's KV-event streams (vLLM,
   SGLang, or radixmeta's own), replays them into a MetaTree and shows a live
   table per worker; ``--json-out`` writes the final state, ``--metrics-port``
@@ -57,7 +58,7 @@ _log = logging.getLogger("radixmeta.listen")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from radixmeta.sim.commands import add_simulate_arguments
+    from radixmeta.sim.commands import add_simulate_arguments, add_traces_arguments
 
     parser = argparse.ArgumentParser(
         prog="radixmeta",
@@ -76,14 +77,32 @@ def _parser() -> argparse.ArgumentParser:
     add_simulate_arguments(simulate)
     reproduce = sub.add_parser(
         "reproduce",
-        help="reproduce a published result (a4: SGLang's data-parallel MMLU experiment)",
+        help="reproduce a result (a4: SGLang's data-parallel MMLU experiment; traces: "
+        "default against every rival on traces)",
+    )
+    experiments = reproduce.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    a4 = experiments.add_parser(
+        "a4",
+        help="the SGLang paper's appendix A.4 on MMLU",
         description=(
             "Reproduce the SGLang paper's appendix A.4: MMLU's questions as one batch on 4 "
             "workers; prints each claim beside what the simulator measures."
         ),
     )
-    reproduce.add_argument("experiment", choices=("a4",))
-    add_simulate_arguments(reproduce, reproduce=True)
+    add_simulate_arguments(a4, reproduce=True)
+    add_traces_arguments(
+        experiments.add_parser(
+            "traces",
+            help="default against every built-in policy on traces, cell by cell",
+            description=(
+                "Run the dispatch-quality grid on traces (Mooncake format), synthetic traces "
+                "and optionally gsp/mmlu/sharegpt: own times, arrivals spread 1 ms apart and "
+                "offered loads; 4, 8, 16 workers; half, one and four times the cost model's "
+                "pool; idle and none consistency. Prints default against each rival per cell "
+                "and the met/not-met table of the targets (docs/simulator.md)."
+            ),
+        )
+    )
     sub.add_parser(
         "demo",
         help="a short demonstration of RadixCache and MetaTree with timings",
@@ -189,11 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("simulate", "reproduce"):
             from radixmeta.sim import commands
 
-            return (
-                commands.simulate(args)
-                if args.command == "simulate"
-                else commands.reproduce_a4(args)
-            )
+            if args.command == "simulate":
+                return commands.simulate(args)
+            if args.experiment == "traces":
+                return commands.reproduce_traces(args)
+            return commands.reproduce_a4(args)
         if args.command == "serve":
             from radixmeta.gateway.serve import serve
 

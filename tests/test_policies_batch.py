@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from radixmeta import Router
 
@@ -140,3 +141,66 @@ def test_longest_prefix_batch_loads_by_tokens_never_go_negative() -> None:
     # w0 now has 1,000 uncached tokens, not 1,000 - 3,584 for the short member: the
     # fresh prompt goes to the other worker.
     assert decisions[3].worker == workers[1]
+
+
+def test_default_places_a_batch_member_with_a_holder_before_those_without() -> None:
+    # Worker 0 (of 2) holds a 4,000-token prefix; the batch has a new 9,000-token prompt
+    # and a continuation of that prefix. Largest first, the new prompt would take worker 0
+    # and push the continuation off its prefix; the member some worker holds goes first.
+    router = Router(policy="default", mode="approximate")
+    a = router.add_worker("a", capacity=1 << 20)
+    router.add_worker("b", capacity=1 << 20)
+    prefix = np.arange(1, 4001, dtype=np.uint32)
+    seed = router.dispatch(prefix)
+    assert seed.worker == a
+    router.finish(seed.request_id)
+    new = np.arange(100_000, 109_000, dtype=np.uint32)
+    follow = np.concatenate([prefix, np.arange(200_000, 200_500, dtype=np.uint32)])
+    big, cont = router.dispatch_batch([new, follow])
+    assert cont.worker == a and cont.matched == 4000
+    assert big.worker != a
+
+
+def test_default_batch_ties_rotate_over_idle_workers() -> None:
+    # Batches of two unrelated prompts on four idle workers: each batch starts where the
+    # last left off instead of at the first worker every time.
+    router = Router(policy="default")
+    for i in range(4):
+        router.add_worker(f"w{i}")
+    used: Counter[int] = Counter()
+    for b in range(4):
+        pair = [np.full(300, 10 * b + k + 1, dtype=np.uint32) for k in range(2)]
+        decisions = router.dispatch_batch(pair)
+        used.update(d.worker.index for d in decisions)
+        for d in decisions:
+            router.finish(d.request_id)
+    assert sorted(used.values()) == [2, 2, 2, 2]
+
+
+def test_bounded_pools_count_the_prefixes_recomputed_by_ches_approximation() -> None:
+    import math
+
+    from radixmeta.policies.default import _Member, _Piece, _Pools
+
+    def group(g: int, members: int, prefix: int, tail: int) -> _Piece:
+        ms = [_Member(g * 1000 + k, prefix + tail, -1, 0, [0, 0]) for k in range(members)]
+        return _Piece(g, ms, prefix)
+
+    pools = _Pools([10_000, 2_000], [0.0, 0.0])
+    hot, cold = group(0, 30, 1500, 100), group(1, 10, 1500, 100)
+    # Both prefixes fit in 10,000 tokens: each computed once, plus every tail.
+    assert pools.load(0, [hot, cold]) == hot.cold + cold.cold
+    # In 2,000 they do not: T solves 1500 (1 - e^{-0.75 T}) + 1500 (1 - e^{-0.25 T})
+    # + 100 T = 2000, and each later member recomputes with the chance e^{-q T}.
+    got = pools.load(1, [hot, cold])
+
+    def kept(t: float) -> float:
+        return 1500 * (1 - math.exp(-0.75 * t)) + 1500 * (1 - math.exp(-0.25 * t)) + 100 * t
+
+    low, high = 0.0, 20.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if kept(mid) < 2000 else (low, mid)
+    extra = 1500 * 29 * math.exp(-0.75 * low) + 1500 * 9 * math.exp(-0.25 * low)
+    assert got == pytest.approx(hot.cold + cold.cold + extra, rel=1e-6)
+    assert got > hot.cold + cold.cold

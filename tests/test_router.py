@@ -146,7 +146,10 @@ def test_views_show_the_up_workers_aligned() -> None:
     request, view = recorder.seen[-1]
     assert view.workers == (a, c)
     assert view.capacities == [1000, 500] and view.page_size == 4
-    assert view.reported == [None, base.EngineLoad(3, 0.5, 2)]
+    assert view.reported[0] is None
+    report = view.reported[1]
+    assert report is not None and report.at is not None  # stamped by the router's clock
+    assert report == base.EngineLoad(3, 0.5, 2, report.at, 0)
     assert view.lengths == view.host_lengths == [0, 0] and view.prefix_key is None
     assert (request.request_id, request.group, request.expected_output) == ("x", "session-1", 7)
     assert request.tokens.dtype == np.uint32 and request.tokens.tolist() == prompt(1, 2)

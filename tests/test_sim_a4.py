@@ -56,6 +56,8 @@ def runs() -> dict[tuple[str, int, int | None], dict[str, Any]]:
         ("default", 4, None),
         ("longest_prefix", 4, None),
         ("round_robin", 4, None),
+        ("default", 4, 8000),
+        ("longest_prefix", 4, 8000),
     ]:
         cfg = SimConfig(workers=workers, policy=policy, capacity=capacity)
         out.append(summarise(Simulation.from_workload(w, cfg).run(), optimal))
@@ -79,6 +81,13 @@ def test_pure_affinity_shows_its_imbalance(runs: Any) -> None:
 def test_round_robin_recomputes_prefixes(runs: Any) -> None:
     spread = runs[("round_robin", 4, None)]["hit_rate"]
     assert spread < runs[("default", 4, None)]["hit_rate"] - 0.01
+
+
+def test_issue_17_default_at_8k_per_worker(runs: Any) -> None:
+    """A.4 at 8k per worker: within a point of longest_prefix's hits, far more even."""
+    d, lp = runs[("default", 4, 8000)], runs[("longest_prefix", 4, 8000)]
+    assert d["hit_rate"] >= lp["hit_rate"] - 0.01
+    assert d["imbalance"] <= 1.2 < lp["imbalance"]
 
 
 # -- the console script's exit codes ---------------------------------------------------------

@@ -234,3 +234,22 @@ def test_the_routers_estimate_counts_a_batchs_own_sharing() -> None:
     assert s["estimated_hit_rate"] > 0.5
     tight = run(small_gsp(), workers=2, policy="default", capacity=600)
     assert tight["hit_rate"] < tight["estimated_hit_rate"] - 0.1
+
+
+def test_a_policy_that_predicts_times_gets_the_runs_cost_models() -> None:
+    from radixmeta.sim.engine import _policy
+
+    config = SimConfig(prefill="llama3_1_8b_h100", decode="llama3_1_8b_h100")
+    made = _policy(config, lambda: 0.0)
+    assert "prefill='llama3_1_8b_h100'" in repr(made) and "decode='llama3_1_8b_h100'" in repr(made)
+    assert "mistral" not in repr(_policy(replace(config, policy="preble_e2"), lambda: 0.0))
+
+
+def test_the_summary_has_the_mean_ttft() -> None:
+    wl = workloads.gsp(num_groups=4, prompts_per_group=4, system_prompt_len=64,
+                       question_len=8, output_len=4, rate=50.0, seed=3)
+    run = Simulation.from_workload(wl, SimConfig(workers=2, capacity=None)).run()
+    s = summarise(run, wl.optimal_hit_rate())
+    waits = np.asarray(run.first_token) - np.asarray(run.arrival)
+    assert s["ttft"]["mean"] == pytest.approx(float(waits.mean()))
+    assert s["ttft"]["p50"] <= s["ttft"]["p99"]

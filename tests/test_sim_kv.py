@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from radixmeta.errors import InvalidInputError
-from radixmeta.policies.base import Choice, Request, View
+from radixmeta.policies.base import Choice, Request, View, extra_requests
 from radixmeta.sim import workloads
 from radixmeta.sim.engine import SimConfig, SimRun, Simulation
 from radixmeta.sim.metrics import summarise
@@ -193,6 +193,12 @@ def test_the_router_sees_what_the_workers_reported_at_the_last_report_instant() 
     assert (w0.queue_length, w0.running) == (0, 1)
     assert w0.kv_usage == pytest.approx((600 + 81) / 1000)
     assert (w1.queue_length, w1.running, w1.kv_usage) == (0, 0, 0.0)  # done, prompt evictable
+    # Stamped with the instant they describe and the router's own count then: w0's at 0.2
+    # (request 2 in flight), w1's unchanged since instant 0; neither has load the router
+    # did not send.
+    assert (w0.at, w0.router_requests) == (pytest.approx(0.2), 1)
+    assert (w1.at, w1.router_requests) == (0.0, 0)
+    assert extra_requests(w0) == extra_requests(w1) == 0
     # Without reports the view carries none.
     quiet = ReportSpy()
     Simulation(tokens, [0.0003] * 3 + [0.3], [100, 100, 100, 2],

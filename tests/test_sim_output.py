@@ -80,7 +80,7 @@ def test_a_run_where_nothing_completed_is_written_as_nulls(tmp_path: Path) -> No
     results.add(0, s)
     doc = strict_load(tmp_path / "results.json")
     (written,) = doc["runs"]
-    assert written["ttft"] == {"p50": None, "p90": None, "p99": None}
+    assert written["ttft"] == {"p50": None, "p90": None, "p99": None, "mean": None}
     assert written["latency"]["p99"] is None and written["capacity"] is None
     assert written["completed"] == 0 and doc["complete"] is False
 

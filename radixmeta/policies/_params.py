@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 from radixmeta._impl import backend
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, PolicyError
-from radixmeta.policies.base import Choice, View
+from radixmeta.policies.base import Choice, EngineLoad, View, extra_requests
 
 __all__ = [
     "LOAD_MEASURES",
+    "ReportedExtra",
+    "fresh_loads",
     "check_choice",
     "check_number",
     "check_seed",
@@ -99,6 +101,47 @@ def loads_of(view: View, by_tokens: bool) -> list[int]:
     if by_tokens:
         return [p + d for p, d in zip(view.prefill_tokens, view.decode_tokens, strict=True)]
     return view.requests
+
+
+class ReportedExtra:
+    """Per worker, the requests its engine reported beyond the router's own (``extra_requests``).
+
+    Remembered for the list object a view carries: the router builds a new
+    ``reported`` list only when a report arrives, so between reports this costs
+    one identity check. Returns ``None`` when no worker has any extra load, the
+    common case, so that the caller keeps the router's own list as it is.
+    """
+
+    __slots__ = ("_extra", "_list")
+
+    def __init__(self) -> None:
+        self._list: object = None
+        self._extra: list[int] | None = None
+
+    def __call__(self, reported: list[EngineLoad | None]) -> list[int] | None:
+        if reported is not self._list:
+            self._list = reported
+            extra = [extra_requests(r) for r in reported]
+            self._extra = extra if any(extra) else None
+        return self._extra
+
+
+def fresh_loads(view: View, by_tokens: bool, extra: list[int] | None) -> list[int]:
+    """Per worker, its load: the router's own counts plus what only its engine reported.
+
+    ``extra`` (from :class:`ReportedExtra`) counts requests; in tokens each one
+    weighs the fleet's mean tokens per request in flight (the router's own), or
+    one token when nothing is in flight (every own load is 0 then: only the
+    order matters).
+    """
+    loads = loads_of(view, by_tokens)
+    if extra is None:
+        return loads
+    if not by_tokens:
+        return [n + e for n, e in zip(loads, extra, strict=True)]
+    requests = sum(view.requests)
+    unit = sum(loads) / requests if requests else 1.0
+    return [n + round(e * unit) for n, e in zip(loads, extra, strict=True)]
 
 
 #: ``extremes(values) -> (low, low_at, high, high_at, high_count)``: the smallest and

@@ -12,9 +12,11 @@ from types import MappingProxyType
 
 from radixmeta.policies._params import (
     LOAD_MEASURES,
+    ReportedExtra,
     check_choice,
     check_number,
     extremes,
+    fresh_loads,
     loads_of,
     new_choice,
 )
@@ -131,12 +133,16 @@ class CacheAware:
 
     Both comparisons are strict, so a spread exactly at a threshold is balanced and a
     rate exactly at ``cache_threshold`` is a miss. Ties in load go to the first worker
-    of the view, as ``min_by_key`` does. Three differences from sgl-router come from
+    of the view, as ``min_by_key`` does. Four differences from sgl-router come from
     what radixmeta knows: the match is in tokens against the MetaTree's pages (which
     engines' events keep exact) rather than in characters against a tree of routing
     history; when several workers hold the longest match the least loaded of them is
-    taken (sgl-router's tree returns one of them arbitrarily); and the comparisons
-    are in float64 where Rust uses f32.
+    taken (sgl-router's tree returns one of them arbitrarily); the comparisons
+    are in float64 where Rust uses f32; and a worker's load is the router's count
+    plus the requests its engine reported beyond the router's own
+    (``view.reported``), which sgl-router, counting only its own in-flight requests,
+    cannot see (a second router's traffic, requests it thinks finished). Without
+    reports the rule is sgl-router's exactly.
 
     Parameters
     ----------
@@ -162,7 +168,7 @@ class CacheAware:
     CacheAware(cache_threshold=0.4, balance_abs_threshold=32.0, balance_rel_threshold=1.1)
     """
 
-    __slots__ = ("balance_abs_threshold", "balance_rel_threshold", "cache_threshold")
+    __slots__ = ("_extra", "balance_abs_threshold", "balance_rel_threshold", "cache_threshold")
 
     def __init__(
         self,
@@ -184,6 +190,7 @@ class CacheAware:
         self.cache_threshold = rate
         self.balance_abs_threshold = spread
         self.balance_rel_threshold = ratio
+        self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
         return (
@@ -194,7 +201,8 @@ class CacheAware:
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the worker the rule picks; reason ``"balance"``, ``"affinity"`` or ``"miss"``."""
-        loads = view.requests
+        extra = self._extra(view.reported)
+        loads = view.requests if extra is None else fresh_loads(view, False, extra)
         low, low_at, high, _, _ = extremes(loads)
         if high - low > self.balance_abs_threshold and high > self.balance_rel_threshold * low:
             detail = (("min_load", float(low)), ("max_load", float(high)))

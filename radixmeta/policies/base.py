@@ -31,6 +31,7 @@ __all__ = [
     "BatchPolicy",
     "Request",
     "View",
+    "extra_requests",
     "worker_of",
 ]
 
@@ -77,6 +78,14 @@ class Request:
 class EngineLoad:
     """What an engine reported about itself through ``Router.report_load``.
 
+    The first three fields are the engine's; the router adds the last two when
+    the report arrives, so that a policy can tell how the report stands against
+    the router's own counts: the router's count is exact for its own requests and
+    current, the report also sees requests the router does not (another router's,
+    those the router believes finished) but only as of ``at``. What the engine
+    reported beyond ``router_requests`` is load the router's counts miss
+    (:func:`~radixmeta.policies.base.extra_requests`).
+
     Attributes
     ----------
     queue_length : int or None
@@ -85,11 +94,33 @@ class EngineLoad:
         Fraction of the engine's KV cache in use, in ``[0, 1]``.
     running : int or None
         Requests in the engine's running batch.
+    at : float or None
+        The router's clock when the report arrived (``None``: not through a router).
+    router_requests : int or None
+        The router's own count of the worker's requests in flight at that moment.
     """
 
     queue_length: int | None = None
     kv_usage: float | None = None
     running: int | None = None
+    at: float | None = None
+    router_requests: int | None = None
+
+
+def extra_requests(reported: EngineLoad | None) -> int:
+    """Requests the engine reported beyond the router's own at that moment (``>= 0``).
+
+    ``queue_length + running - router_requests`` (an unknown field counts 0),
+    floored at 0: a report taken before the router's latest requests reached the
+    engine says less than the router knows, and the router's count stands.
+    A policy adds this to the router's current count: the freshest estimate of the
+    worker's requests is the router's own, plus what only the engine could see.
+    """
+    if reported is None:
+        return 0
+    engine = (reported.queue_length or 0) + (reported.running or 0)
+    extra = engine - (reported.router_requests or 0)
+    return extra if extra > 0 else 0
 
 
 @dataclass(slots=True)
@@ -124,6 +155,12 @@ class View:
         A stable key of the request's longest matched prefix over all workers
         (the same prefix gives the same key), ``None`` when nothing matched.
         Stateful policies key their own state by it.
+    expected : list of int or None
+        Per worker, the part of ``lengths`` the router expects to be still cached
+        when the request runs there: what the requests queued ahead will not have
+        evicted first (:func:`radixmeta.policies.expected.expected_lengths`);
+        ``None`` when the router estimates no eviction (no worker has a known
+        capacity), the same list as ``lengths`` when nothing is cut.
     """
 
     workers: tuple[WorkerId, ...]
@@ -136,6 +173,7 @@ class View:
     reported: list[EngineLoad | None]
     page_size: int
     prefix_key: int | None = None
+    expected: list[int] | None = None
 
 
 class Choice(NamedTuple):

@@ -12,9 +12,11 @@ from random import Random as _Rng
 
 from radixmeta.policies._params import (
     LOAD_MEASURES,
+    ReportedExtra,
     check_choice,
     check_seed,
     extremes,
+    fresh_loads,
     new_choice,
 )
 from radixmeta.policies.base import Choice, Request, View
@@ -90,8 +92,12 @@ class LeastLoaded:
     "Shortest queue", the load-only baseline (llm-d's load scorer, sgl-router's
     ``least_load``). The load is the router's own accounting in the view, either
     requests dispatched and not finished or tokens (uncached prefill tokens plus
-    decode tokens). Ties go to the first worker of the view; at low concurrency,
-    when every load is 0, that is always the same worker (sgl-router issue #32983).
+    decode tokens), plus the requests a worker's engine reported beyond the
+    router's own when it last reported (``view.reported``; another router's, or
+    ones the router thinks finished), which the router's counts cannot see; in
+    tokens each weighs the fleet's mean tokens per request in flight. Ties go to
+    the first worker of the view; at low concurrency, when every load is 0, that
+    is always the same worker (sgl-router issue #32983).
 
     Parameters
     ----------
@@ -101,21 +107,19 @@ class LeastLoaded:
     Complexity: O(workers) per ``choose``.
     """
 
-    __slots__ = ("_by_tokens", "_load")
+    __slots__ = ("_by_tokens", "_extra", "_load")
 
     def __init__(self, load: str = "requests") -> None:
         self._load = check_choice("load", load, LOAD_MEASURES)
         self._by_tokens = load == "tokens"
+        self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
         return f"LeastLoaded(load={self._load!r})"
 
     def choose(self, request: Request, view: View) -> Choice:
         """Return the least loaded worker (reason ``"balance"``, detail: its load)."""
-        if self._by_tokens:
-            loads = [p + d for p, d in zip(view.prefill_tokens, view.decode_tokens, strict=True)]
-        else:
-            loads = view.requests
+        loads = fresh_loads(view, self._by_tokens, self._extra(view.reported))
         low, i, _, _, _ = extremes(loads)
         return new_choice(Choice, (view.workers[i], "balance", (("load", float(low)),)))
 
@@ -123,10 +127,12 @@ class LeastLoaded:
 class PowerOfTwo:
     """Draw two distinct workers at random, take the less loaded (Mitzenmacher's two choices).
 
-    sgl-router's ``power_of_two``, which compares the engines' token loads and falls
-    back to request counts; here both measures come from the router's accounting
-    in the view. A tie goes to the first of the two drawn. With one worker, it is
-    chosen without a draw.
+    sgl-router's ``power_of_two`` compares the token loads the engines report
+    (polled every ``load_check_interval_secs``) and falls back to request counts;
+    here both measures come from the router's accounting in the view, which is
+    current, plus what a worker's engine reported beyond the router's own requests
+    (as :class:`LeastLoaded` counts it). A tie goes to the first of the two drawn.
+    With one worker, it is chosen without a draw.
 
     Parameters
     ----------
@@ -138,13 +144,14 @@ class PowerOfTwo:
     Complexity: O(1) per ``choose``.
     """
 
-    __slots__ = ("_by_tokens", "_load", "_rng", "_seed")
+    __slots__ = ("_by_tokens", "_extra", "_load", "_rng", "_seed")
 
     def __init__(self, seed: int = 0, load: str = "tokens") -> None:
         self._seed = check_seed(seed)
         self._load = check_choice("load", load, LOAD_MEASURES)
         self._by_tokens = load == "tokens"
         self._rng = _Rng(self._seed)
+        self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
         return f"PowerOfTwo(seed={self._seed}, load={self._load!r})"
@@ -159,7 +166,11 @@ class PowerOfTwo:
         second = self._rng.randrange(n - 1)
         if second >= first:
             second += 1
-        if self._by_tokens:
+        extra = self._extra(view.reported)
+        if extra is not None:
+            loads = fresh_loads(view, self._by_tokens, extra)
+            a, b = loads[first], loads[second]
+        elif self._by_tokens:
             a = view.prefill_tokens[first] + view.decode_tokens[first]
             b = view.prefill_tokens[second] + view.decode_tokens[second]
         else:

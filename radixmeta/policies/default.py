@@ -27,15 +27,26 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
-from radixmeta.policies._params import check_number, new_choice
-from radixmeta.policies.base import Choice, Request, View
-from radixmeta.policies.costs import DEFAULT_PREFILL, PrefillTime, model_name, prefill_model
+from radixmeta.policies._params import ReportedExtra, check_number, new_choice
+from radixmeta.policies.base import Choice, EngineLoad, Request, View
+from radixmeta.policies.costs import (
+    DECODE_MODELS,
+    DEFAULT_PREFILL,
+    DecodeTime,
+    PrefillTime,
+    decode_model,
+    model_name,
+    prefill_model,
+)
 
-__all__ = ["CHUNK_TOKENS", "DefaultPolicy"]
+__all__ = ["CHUNK_TOKENS", "CLIP_OUTPUT_TOKENS", "DefaultPolicy"]
 
 #: Tokens per prefill chunk, the unit of the queue estimate (Preble's workers run
 #: chunked prefill with a 512-token budget).
 CHUNK_TOKENS = 512
+#: Output tokens a request's KV reserve counts at most (SGLang's
+#: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), as its admission does.
+CLIP_OUTPUT_TOKENS = 4096
 _TIMES_KEPT = 1 << 16
 _ORDERS_KEPT = 64
 
@@ -179,6 +190,12 @@ class DefaultPolicy:
     host_weight : float, default 0.75
         The fraction of a device hit that a host-held token is worth, in ``[0, 1]``
         (Dynamo's default ``host_cache_hit_weight``).
+    decode : str or callable, optional
+        The decode-step model, ``(batch_size, context) -> seconds``, for the time a
+        worker whose KV pool is full takes to free room (a name of
+        :data:`~radixmeta.policies.costs.DECODE_MODELS`). Default: the decode fit
+        of the same name as ``prefill`` when there is one; without a decode model
+        memory waits are not estimated.
 
     Notes
     -----
@@ -202,9 +219,13 @@ class DefaultPolicy:
 
     __slots__ = (
         "_capacities",
+        "_decode",
+        "_decode_name",
+        "_extra",
         "_least_capacity",
         "_model_name",
         "_orders",
+        "_outputs",
         "_prefill",
         "_times",
         "_token_time",
@@ -218,9 +239,16 @@ class DefaultPolicy:
         prefill: str | PrefillTime = DEFAULT_PREFILL,
         work_weight: float = 1.0,
         host_weight: float = 0.75,
+        decode: str | DecodeTime | None = None,
     ) -> None:
         self._prefill = prefill_model(prefill)
         self._model_name = model_name(prefill)
+        self._decode_name: str | None = None if decode is None else model_name(decode)
+        if decode is None and isinstance(prefill, str) and prefill in DECODE_MODELS:
+            decode = prefill
+        self._decode: DecodeTime | None = None if decode is None else decode_model(decode)
+        # Expected outputs seen, and their sum: the mean a running request decodes.
+        self._outputs = [0, 0]
         self.work_weight = check_number("work_weight", work_weight)
         self.host_weight = check_number("host_weight", host_weight, high=1.0)
         self._token_time = self._prefill(CHUNK_TOKENS, CHUNK_TOKENS) / CHUNK_TOKENS
@@ -234,11 +262,13 @@ class DefaultPolicy:
         # The least capacity of the last capacities list seen (None: some unknown).
         self._capacities: object = None
         self._least_capacity: int | None = None
+        self._extra = ReportedExtra()
 
     def __repr__(self) -> str:
+        decode = "" if self._decode_name is None else f", decode={self._decode_name!r}"
         return (
             f"DefaultPolicy(prefill={self._model_name!r}, work_weight={self.work_weight}, "
-            f"host_weight={self.host_weight})"
+            f"host_weight={self.host_weight}{decode})"
         )
 
     def choose_batch(
@@ -265,9 +295,47 @@ class DefaultPolicy:
         """
         if not requests:
             return []
-        workers = views[0].workers
+        first = views[0]
+        workers = first.workers
         n = len(workers)
-        queued = [float(q) for q in views[0].prefill_tokens]
+        queued = [float(q) for q in first.prefill_tokens]
+        # What the engines reported, as choose reads it: requests the router cannot see
+        # queue at the mean uncached tokens of those it can and slow each prefill; the
+        # requests waiting there are delayed by each token placed on the worker (the
+        # batch's own later members the packing counts itself).
+        extra = self._extra(first.reported)
+        in_flight = [float(q + d) for q, d in zip(first.prefill_tokens, first.decode_tokens,
+                                                   strict=True)]
+        loads = list(first.requests)
+        if extra is not None:
+            total = sum(first.requests)
+            unit = sum(first.prefill_tokens) / total if total else 0.0
+            for w in range(n):
+                queued[w] += extra[w] * unit
+                loads[w] += extra[w]
+        speed = [1.0 + load / CHUNK_TOKENS for load in loads]
+        seen = self._outputs
+        for r in requests:
+            if r.expected_output is not None:
+                seen[0] += 1
+                seen[1] += r.expected_output
+        if self._decode is not None:
+            # A worker whose pool is full first waits for room: for the tokens queued
+            # there and a mean member of this batch, as prefill tokens of the same time.
+            share = sum(len(r.tokens) for r in requests) / len(requests)
+            token_time = self._token_time
+            for w in range(n):
+                capacity = first.capacities[w]
+                if capacity is not None:
+                    queued[w] += self._memory_wait(
+                        queued[w] + share, None, capacity, first.reported[w],
+                        first.decode_tokens[w], loads[w],
+                    ) / token_time
+        behind = _behind(first.reported, first.requests)
+        weight = [1.0 if behind is None else 1.0 + self.work_weight * behind] * n
+        turn = self._turn % n
+        self._turn = turn + 1
+        order = (*range(turn, n), *range(turn))
         whole: list[_Piece] = []
         for g, group in enumerate(groups):
             indices, shared = group
@@ -280,7 +348,7 @@ class DefaultPolicy:
             if partners is None or common is None or len(partners) != len(indices):
                 partners, common = [-1] * len(indices), [0] * len(indices)
             members = [
-                _Member(i, len(requests[i].tokens), p, c, views[i].lengths)
+                _Member(i, len(requests[i].tokens), p, c, _held(views[i]))
                 for i, p, c in zip(indices, partners, common, strict=True)
             ]
             whole.append(_Piece(g, members, min(shared, min(m.length for m in members))))
@@ -294,9 +362,15 @@ class DefaultPolicy:
             for piece in whole
             for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
         ]
+        # Bounded pools: a group's prefix is computed again whenever the worker's other
+        # requests push it out between two of its members (_Pools).
+        capacities = first.capacities
+        pools = None
+        if None not in capacities and any(len(p.members) > 1 for p in whole):
+            pools = _Pools(cast(list[int], capacities), queued)
         best = None
         for pieces in ([whole] if len(cut) == len(whole) else [whole, cut]):
-            packing = _pack(list(pieces), queued, n)
+            packing = _pack(list(pieces), queued, order, speed, weight, in_flight, pools)
             if best is None or max(packing[2]) < max(best[2]):
                 best = packing
         assert best is not None
@@ -306,7 +380,7 @@ class DefaultPolicy:
         # than splitting one more group, which only a group above half a share risks.
         split = {g for g, count in Counter(piece.group for piece in pieces).items() if count > 1}
         for _ in range(4 * n + len(pieces)):
-            if not _move_part(pieces, where, load, placed, split, fair / 2.0):
+            if not _move_part(pieces, where, load, placed, split, fair / 2.0, pools):
                 break
         out: list[Choice | None] = [None] * len(requests)
         for piece, w in zip(pieces, where, strict=True):
@@ -326,6 +400,11 @@ class DefaultPolicy:
         ``host_matched`` and fleet-wide ``best_matched`` lengths (tokens).
         """
         size = len(request.tokens)
+        output = request.expected_output
+        if output is not None:
+            seen = self._outputs
+            seen[0] += 1
+            seen[1] += output
         workers = view.workers
         lengths = view.lengths
         host = view.host_lengths
@@ -350,9 +429,18 @@ class DefaultPolicy:
         if len(times) > _TIMES_KEPT:
             times.clear()
 
-        # The lean scan, for what nearly every request is: nothing on a host tier (the
-        # router then passes one list for both) and every worker with room for it.
-        if host is not lengths:
+        # What the engines reported, and what the router expects to stay cached: the
+        # loaded scan reads them (load.py's rules); without them, the plain scans.
+        reported = view.reported
+        extra = self._extra(reported)
+        behind = _behind(reported, requests)
+        expected = view.expected
+        if expected is None:
+            expected = lengths
+        loaded = extra is not None or behind is not None or expected is not lengths
+        # The lean scan, for what nearly every request is without reports: nothing on a
+        # host tier (the router then passes one list for both) and every worker with room.
+        if host is not lengths or loaded:
             lean = False
         else:
             if capacities is not self._capacities:  # the router's list changes on refresh
@@ -390,6 +478,11 @@ class DefaultPolicy:
                     and queued[i] + decoding[i] < queued[best] + decoding[best]
                 ):
                     best, best_score, best_own = i, score, own
+        elif loaded:
+            best, best_own, best_wait = self._loaded(
+                (turn, *rest), size, expected, host, queued, decoding, requests, capacities,
+                extra, behind, reported, output,
+            )
         else:
             best, best_own = self._general(
                 (turn, *rest), size, lengths, host, queued, decoding, requests, capacities
@@ -403,15 +496,139 @@ class DefaultPolicy:
             reason = "affinity"
         else:
             reason = "spill"
-        slow = 1.0 + requests[best] / CHUNK_TOKENS
+        if loaded:
+            ttft = best_wait + (1.0 + requests[best] / CHUNK_TOKENS) * best_own
+        else:
+            slow = 1.0 + requests[best] / CHUNK_TOKENS
+            ttft = slow * (token_time * queued[best] + best_own)
         detail = (
-            ("ttft", slow * (token_time * queued[best] + best_own)),
+            ("ttft", ttft),
             ("prefill", best_own),
             ("matched", float(lengths[best])),
             ("host_matched", float(chosen)),
             ("best_matched", float(top)),
         )
         return new_choice(Choice, (workers[best], reason, detail))
+
+    def _loaded(
+        self,
+        order: tuple[int, ...],
+        size: int,
+        expected: list[int],
+        host: list[int],
+        queued: list[int],
+        decoding: list[int],
+        requests: list[int],
+        capacities: list[int | None],
+        extra: list[int] | None,
+        behind: float | None,
+        reported: list[EngineLoad | None],
+        output: int | None,
+    ) -> tuple[int, float, float]:
+        """``choose``'s scan with what the engines reported and the router expects:
+        (best index, its own prefill time, its wait in seconds).
+
+        Per worker: the expected match sets its own prefill; requests its engine
+        reported beyond the router's own add to its in-flight count and, at the
+        fleet's mean queued tokens a request, to its queue; the requests waiting
+        there (reported) are the requests behind that its prefill delays.
+        """
+        prefill = self._prefill
+        work_weight = self.work_weight
+        host_weight = self.host_weight
+        token_time = self._token_time
+        times = self._times
+        base = size << 32
+        in_flight_requests = sum(requests)
+        # The next request at least (a burst's), or the requests the fleet's load says.
+        weight = 1.0 + work_weight * (1.0 if behind is None or behind < 1.0 else behind)
+        # A request the router cannot see weighs the mean uncached tokens of those it can.
+        unit = sum(queued) / in_flight_requests if in_flight_requests else float(size)
+        best = -1
+        best_fits = False
+        best_score = math.inf
+        best_tokens = 0
+        best_own = 0.0
+        best_wait = 0.0
+        for i in order:
+            matched = expected[i]
+            miss = times.get(base | matched)
+            if miss is None:
+                miss = times[base | matched] = prefill(size - matched, size)
+            held = host[i]
+            if held > matched:
+                rest = times.get(base | held)
+                if rest is None:
+                    rest = times[base | held] = prefill(size - held, size)
+                own = rest + (1.0 - host_weight) * (miss - rest)
+            else:
+                own = miss
+            load = requests[i]
+            tokens = float(queued[i])
+            if extra is not None:
+                load += extra[i]
+                tokens += extra[i] * unit
+            slow = 1.0 + load / CHUNK_TOKENS
+            wait = slow * token_time * tokens
+            capacity = capacities[i]
+            if capacity is not None and self._decode is not None:
+                wait += self._memory_wait(
+                    tokens + size - matched, output, capacity, reported[i], decoding[i], load
+                )
+            score = wait + slow * weight * own
+            in_flight = queued[i] + decoding[i]
+            fits = capacity is None or in_flight + size - matched <= capacity
+            if (
+                best < 0
+                or (fits and not best_fits)
+                or (
+                    fits == best_fits
+                    and (score < best_score or (score == best_score and in_flight < best_tokens))
+                )
+            ):
+                best = i
+                best_fits = fits
+                best_score = score
+                best_tokens = in_flight
+                best_own = own
+                best_wait = wait
+        return best, best_own, best_wait
+
+    def _memory_wait(
+        self,
+        need: float,
+        output: int | None,
+        capacity: int,
+        report: EngineLoad | None,
+        decoding: int,
+        requests: int,
+    ) -> float:
+        """Seconds a worker's full KV pool takes to free room for ``need`` tokens (and the
+        request's output reserve): its running requests free the pool as they finish.
+
+        The pool in use is the engine's reported share (else the router's decode tokens);
+        what does not fit, ``short``, is freed at the rate the running requests finish:
+        they hold ``used`` tokens and have half a mean output of decode steps left, each
+        step ``decode(running, used)``: ``short * mean_output * step / (2 * used)``.
+        """
+        seen, total = self._outputs
+        mean = total / seen if seen else 0.0
+        if mean <= 0.0:
+            return 0.0
+        reserve = min(output if output is not None else mean, CLIP_OUTPUT_TOKENS)
+        if report is not None and report.kv_usage is not None:
+            used = report.kv_usage * capacity
+        else:
+            used = float(decoding)
+        short = need + reserve - (capacity - used)
+        if short <= 0.0 or used <= 0.0:
+            return 0.0
+        running = report.running if report is not None and report.running else requests
+        if running <= 0:
+            return 0.0
+        assert self._decode is not None
+        step = self._decode(running, int(used))
+        return short * mean * step / (2.0 * used)
 
     def _general(
         self,
@@ -469,30 +686,165 @@ class DefaultPolicy:
         return best, best_own
 
 
+def _behind(reported: list[EngineLoad | None], requests: list[int]) -> float | None:
+    """How many requests a second of prefill added to the fleet now delays, from the reports.
+
+    Two measures over the workers that reported, the larger: the mean number of requests
+    waiting in their queues (the reported queue plus what the router dispatched there
+    since), which a first-come-first-served engine starts after it; and, from the mean
+    use ``u`` of their KV pools, ``u / (1 - u)``, the mean number in a queue that busy
+    (M/G/1): work added to a saturated fleet delays the requests it admits later, not
+    only those waiting now (a queue that has just drained says nothing about the next
+    burst). The second is at most the mean requests in flight plus one. It is the
+    fleet's measure, not one worker's: a worker the router keeps balanced with the others
+    is as busy as they are, so the time a recompute takes anywhere is worth the same.
+    ``None`` when no engine reported.
+    """
+    waiting = 0.0
+    usage = 0.0
+    queues = pools = 0
+    for i, report in enumerate(reported):
+        if report is None:
+            continue
+        if report.queue_length is not None:
+            since = requests[i] - (report.router_requests or 0)
+            waiting += report.queue_length + (since if since > 0 else 0)
+            queues += 1
+        if report.kv_usage is not None:
+            usage += report.kv_usage
+            pools += 1
+    if not queues and not pools:
+        return None
+    behind = waiting / queues if queues else 0.0
+    if pools:
+        most = sum(requests) / len(requests) + 1.0
+        mean = usage / pools
+        busy = most if mean >= 1.0 else min(mean / (1.0 - mean), most)
+        if busy > behind:
+            behind = busy
+    return behind
+
+
+def _held(view: View) -> list[int]:
+    """What a batch member finds on each worker: the router's expectation, if it made one."""
+    return view.lengths if view.expected is None else view.expected
+
+
 def _pack(
-    pieces: list[_Piece], queued: list[float], n: int
+    pieces: list[_Piece],
+    queued: list[float],
+    order: tuple[int, ...],
+    speed: list[float],
+    weight: list[float],
+    in_flight: list[float],
+    pools: _Pools | None = None,
 ) -> tuple[list[_Piece], list[int], list[float]]:
-    """Place the pieces largest first, each on the worker it leaves least loaded (a
-    second piece of a group on a worker shares the first one's prefix there).
-    Returns the pieces, each one's worker and the workers' loads."""
+    """Place the pieces, each on the worker it leaves least loaded (a second piece of a
+    group on a worker shares the first one's prefix there): those some worker holds
+    more of first, by what that saves, then the rest largest first.
+
+    A worker's load is its tokens to prefill; it is compared as ``speed * (load +
+    weight * cost)``: slowed by the requests in flight there, and the piece's cost
+    weighed by the requests already waiting there that it delays (1 without
+    reports, which is plain least-loaded packing). Workers are scanned from
+    ``order``'s first (the policy's rotation), ties going to the fewest tokens in
+    flight. With ``pools`` (bounded caches) a piece's cost on a worker is what the
+    worker's load grows by, its prefix recomputed as ``_Pools`` counts it. Returns
+    the pieces, each one's worker and the workers' loads."""
     load = queued[:]
+    in_flight = in_flight[:]
     where = [0] * len(pieces)
     placed: set[tuple[int, int]] = set()
-    for p in sorted(range(len(pieces)), key=lambda p: -pieces[p].cold):
+    rows = [piece.costs() for piece in pieces]
+    # The pieces some worker holds more of go first, the most it saves first: a piece
+    # that costs the same everywhere then fills in around them (largest first), and
+    # does not take the worker a later piece would find its prefix on.
+    saving = [max(row) - min(row) for row in rows]
+    for p in sorted(range(len(pieces)), key=lambda p: (-saving[p], -pieces[p].cold)):
         piece = pieces[p]
-        row = piece.costs()
-        best, best_after = 0, math.inf
-        for w in range(n):
-            if (piece.group, w) in placed:
-                after = load[w] + piece.cost(w, True)
-            else:
-                after = load[w] + row[w]
-            if after < best_after:
-                best, best_after = w, after
+        row = rows[p]
+        best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
+        for w in order:
+            cost = piece.cost(w, True) if (piece.group, w) in placed else row[w]
+            if pools is not None:
+                cost = pools.load(w, [*pools.on[w], piece]) - load[w]
+            score = speed[w] * (load[w] + weight[w] * cost)
+            if best < 0 or score < best_score or (
+                score == best_score and in_flight[w] < best_tokens
+            ):
+                best, best_score, best_cost, best_tokens = w, score, cost, in_flight[w]
         where[p] = best
-        load[best] = best_after
+        load[best] += best_cost
+        in_flight[best] += best_cost
         placed.add((piece.group, best))
+        if pools is not None:
+            pools.on[best].append(piece)
+    if pools is not None:
+        pools.on = [[] for _ in pools.on]  # the next packing starts afresh
     return pieces, where, load
+
+
+class _Pools:
+    """Batch packing with bounded KV pools: what a worker computes for the pieces on it.
+
+    A worker's requests come in a shuffled order, so its pool is an LRU cache under
+    independent references, which Che's approximation describes (Che, Tung and
+    Wang, IEEE JSAC 2002): a page stays cached while it was used within the last
+    ``T`` requests, ``T`` being where what those requests keep fills the pool,
+    ``sum_g S_g (1 - exp(-q_g T)) + T t = C``: a group ``g`` of ``n_g`` members
+    among the worker's ``N`` is used with probability ``q_g = n_g / N`` per request
+    and keeps its ``S_g``-token prefix; ``t`` is the mean of what each request
+    writes of its own. Each later member of a group then recomputes its prefix with
+    the chance ``exp(-q_g T)``. Pieces of one group on one worker share its prefix.
+    O(pieces on the worker) a call, times the bisection's 40 rounds.
+    """
+
+    __slots__ = ("capacities", "on", "queued")
+
+    def __init__(self, capacities: list[int], queued: list[float]) -> None:
+        self.capacities = capacities
+        self.queued = queued
+        self.on: list[list[_Piece]] = [[] for _ in capacities]
+
+    def load(self, worker: int, pieces: list[_Piece]) -> float:
+        """The worker's tokens to compute with ``pieces`` on it, prefixes recomputed."""
+        groups: dict[int, list[float]] = {}  # group -> [members, shared prefix]
+        total = 0.0
+        for piece in pieces:
+            there = piece.group in groups
+            total += piece.cost(worker, there)
+            entry = groups.setdefault(piece.group, [0.0, float(piece.shared)])
+            entry[0] += len(piece.members)
+        base = self.queued[worker] + total
+        shared = [(members, prefix) for members, prefix in groups.values() if prefix > 0]
+        capacity = float(self.capacities[worker])
+        if sum(prefix for _, prefix in shared) <= capacity:
+            return base  # every prefix fits beside the rest: computed once each
+        count = sum(entry[0] for entry in groups.values())
+        own = max(0.0, total - sum(prefix for _, prefix in shared)) / count
+        rates = [(members / count, prefix) for members, prefix in shared]
+
+        def kept(horizon: float) -> float:
+            return sum(prefix * (1.0 - math.exp(-q * horizon)) for q, prefix in rates) + (
+                horizon * own
+            )
+
+        low, high = 0.0, capacity / own if own > 0 else capacity * count
+        while kept(high) < capacity:  # no writes of their own: the prefixes alone
+            high *= 2.0
+        for _ in range(40):
+            mid = (low + high) / 2.0
+            if kept(mid) < capacity:
+                low = mid
+            else:
+                high = mid
+        horizon = low
+        extra = sum(
+            prefix * (q * count - 1.0) * math.exp(-q * horizon)
+            for q, prefix in rates
+            if q * count > 1.0
+        )
+        return base + extra
 
 
 def _move_part(
@@ -502,10 +854,12 @@ def _move_part(
     placed: set[tuple[int, int]],
     split: set[int],
     whole_limit: float,
+    pools: _Pools | None = None,
 ) -> bool:
     """Move the last members of one of the busiest worker's pieces to the least loaded
     worker, if that lowers the busiest load; returns whether it did. Only a group
-    split already or of more than ``whole_limit`` tokens gives members."""
+    split already or of more than ``whole_limit`` tokens gives members. With ``pools``
+    the two workers' loads are counted again as ``_Pools`` counts them."""
     high = load.index(max(load))
     low = load.index(min(load))
     if high == low:
@@ -531,8 +885,14 @@ def _move_part(
             cut -= 1
             moved += own
         stay, go = piece.split(cut)
-        new_high = load[high] - now + stay.cost(high, False)
-        new_low = load[low] + go.cost(low, there)
+        if pools is not None:
+            on_high = [x if q != p else stay for q, x in enumerate(pieces) if where[q] == high]
+            on_low = [x for q, x in enumerate(pieces) if where[q] == low]
+            new_high = pools.load(high, on_high)
+            new_low = pools.load(low, [*on_low, go])
+        else:
+            new_high = load[high] - now + stay.cost(high, False)
+            new_low = load[low] + go.cost(low, there)
         after = max(new_high, new_low)
         if after < load[high] and (best is None or (after, -piece.cold) < best[:2]):
             best = (after, -piece.cold, p, stay, go, new_high, new_low)

@@ -26,6 +26,8 @@ from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
 from radixmeta.policies._params import extremes
 from radixmeta.policies.base import Request, View
+from radixmeta.policies.expected import expected_lengths
+from radixmeta.router.estimate import Estimate
 from radixmeta.router.registry import Detail, Registry, Spill
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "batch_matched",
     "by_groups",
     "by_policy",
+    "expected_of",
     "groups_of",
 ]
 
@@ -91,18 +94,56 @@ def groups_of(items: Sequence[BatchItem], page_size: int, ratio: float) -> list[
     return prefix_groups(keys, namespaces, tagged, page_size, ratio)
 
 
+def expected_of(
+    registry: Registry, estimate: Estimate, requests: list[Request], matches: list[Any]
+) -> list[list[int]] | None:
+    """Per request of a batch, what each worker is expected to still hold of it when it
+    runs there (by worker index, as ``MetaMatch.length_list``), from the loads before
+    the batch; ``None`` when the router makes no estimate (no capacity known)."""
+    if not registry.bounded:
+        return None
+    up, dense, align = registry.up, registry.dense, registry.align
+    queued = registry.prefill if dense else align(registry.prefill)
+    out = []
+    for request, m in zip(requests, matches, strict=True):
+        every = m.length_list
+        lengths = every if dense else align(every)
+        protected = estimate.protection(
+            request.tokens, request.namespace, request.extras, lengths, up
+        )
+        got = expected_lengths(
+            lengths, registry.capacities, queued, registry.page_size, protected
+        )
+        if got is lengths:
+            out.append(every)
+        elif dense:
+            out.append(got)
+        else:
+            by_index = every[:]
+            for p, i in enumerate(registry.up_index):
+                by_index[i] = got[p]
+            out.append(by_index)
+    return out
+
+
 def by_policy(
     registry: Registry,
     choose_batch: Any,
     requests: list[Request],
     matches: list[Any],
     groups: Sequence[PrefixGroup],
+    held: list[list[int]] | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Every request decided by the policy's ``choose_batch``, from views that all show
-    the loads before any decision of the batch; and what each finds on its worker."""
+    the loads before any decision of the batch; and what each finds on its worker.
+    ``held``: :func:`expected_of`'s estimate, shown as each view's ``expected``."""
     every = [m.length_list for m in matches]
     shared = registry.aligned()  # one copy for every view (views are read-only)
-    views = [registry.view(m, lengths, shared) for m, lengths in zip(matches, every, strict=True)]
+    expected = held if held is not None else [None] * len(every)
+    views = [
+        registry.view(m, lengths, shared, None, e)
+        for m, lengths, e in zip(matches, every, expected, strict=True)
+    ]
     choices = choose_batch(requests, views, groups)
     if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
         msg = (
@@ -112,7 +153,8 @@ def by_policy(
         raise PolicyError(msg)
     checked = registry.checked
     planned = [(*checked(c), v) for c, v in zip(choices, views, strict=True)]
-    return planned, batch_matched(requests, every, planned, groups, registry.page_size)
+    found = every if held is None else held
+    return planned, batch_matched(requests, found, planned, groups, registry.page_size)
 
 
 def by_groups(
@@ -122,9 +164,11 @@ def by_groups(
     requests: list[Request],
     matches: list[Any],
     groups: Sequence[PrefixGroup],
+    held_of: list[list[int]] | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Decide a batch group by group with the policy's ``choose``; and what each request
-    finds on its worker (``batch_matched``'s answer, found on the way).
+    finds on its worker (``batch_matched``'s answer, found on the way; ``held_of``:
+    :func:`expected_of`'s estimate, where the router makes one).
 
     The group's first request is chosen for; the next ones follow while the worker's
     requests in flight stay within ``slack`` of the least loaded up worker's; the rest
@@ -147,7 +191,11 @@ def by_groups(
         while at < len(members):
             first = matches[members[at]]
             view = registry.view(
-                first, first.length_list, registry.aligned(plan_loads, spill), spill
+                first,
+                first.length_list,
+                registry.aligned(plan_loads, spill),
+                spill,
+                None if held_of is None else held_of[members[at]],
             )
             worker, label, detail = registry.checked(choose(requests[members[at]], view), spill)
             i = worker.index
@@ -161,7 +209,7 @@ def by_groups(
                 where[k] = i
                 # What the batch's earlier requests leave on this worker (see
                 # batch_matched; a partner is decided before its request).
-                held = matches[k].length_of(worker)
+                held = matches[k].length_of(worker) if held_of is None else held_of[k][i]
                 p = partners[j]
                 if p >= 0:
                     if where[p] != i:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from radixmeta._workers import WorkerId
 from radixmeta.policies.base import Request, View
@@ -23,7 +24,9 @@ class Decision:
         The worker chosen.
     matched : int
         Tokens of the prompt that worker held (by the events and the router's
-        own marks) when it was chosen: the estimated cache hit.
+        own marks) when it was chosen, less what the requests queued ahead of it
+        there are expected to evict before it runs (``View.expected``): the
+        estimated cache hit.
     label : str
         The policy's short reason (``"affinity"``, ``"balance"``...), or
         ``"chosen"`` when it gave none; counted by ``Router.metrics()``.
@@ -49,6 +52,7 @@ class Decision:
         "_hold",
         "_started",
         "_decode",  # set by prefill_done: the tokens counted in decode_tokens
+        "_keys",  # its prefixes in the router's in-flight counts (empty: not counted)
     )
     _decode: int
 
@@ -73,6 +77,7 @@ class Decision:
         self._request = request
         self._hold = hold  # the hold of its pages (exact mode)
         self._started = started
+        self._keys: tuple[Any, ...] = ()
 
     @property
     def lengths(self) -> dict[WorkerId, int]:

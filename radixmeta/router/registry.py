@@ -107,6 +107,7 @@ class Registry:
         "reported",
         "position",
         "align",
+        "bounded",
     )
 
     def __init__(self, tree: MetaTree) -> None:
@@ -123,6 +124,7 @@ class Registry:
         self.reported: list[EngineLoad | None] = []
         self.position: dict[int, int] = {}
         self.align: Callable[[list[Any]], list[Any]] = list.copy
+        self.bounded = False  # some up worker's capacity is known: the router estimates
 
     # -- registration ----------------------------------------------------------------------
     def add(self, worker: WorkerId, capacity: int | None) -> None:
@@ -183,6 +185,8 @@ class Registry:
         # Every index up (no down worker, no free slot): a view copies whole lists.
         self.dense = self.up_index == list(range(len(self.records)))
         self.capacities = [r.capacity for r in up]
+        # Only a known capacity can evict: without one no estimate is made.
+        self.bounded = any(c is not None for c in self.capacities)
         self.reported = [r.reported for r in up]
         self.position = {r.worker.index: k for k, r in enumerate(up)}
         self.align = _aligner(self.up_index, self.dense)
@@ -206,13 +210,15 @@ class Registry:
         every: list[int],
         loads: Loads | None = None,
         spill: Spill | None = None,
+        expected: list[int] | None = None,
     ) -> View:
         """A request's view: its match (``every``: its lengths by worker index) against
         the up workers, or those of a batch's ``spill``.
 
         ``loads`` are the loads to show, aligned to the same workers (``aligned``: a
         batch's plan, or one copy that several views share); by default a copy of
-        the registry's own, taken now.
+        the registry's own, taken now. ``expected``, by worker index like ``every``,
+        becomes the view's ``expected``, aligned the same way.
         """
         workers, capacities, reported = self.up, self.capacities, self.reported
         if self.dense:
@@ -225,12 +231,20 @@ class Registry:
         if self.tree.has_host_pages:
             host_all = match.host_lengths.tolist()
             host = host_all if self.dense else self.align(host_all)
+        # The expected lengths, aligned as the lengths (the same list when nothing is cut).
+        aligned_expected = None
+        if expected is not None and expected is not every:
+            aligned_expected = expected if self.dense else self.align(expected)
         if spill is not None:
             workers = tuple(spill.keep(workers))
             capacities, reported = spill.keep(capacities), spill.keep(reported)
             lengths = spill.keep(lengths)
             if host is not None:
                 host = spill.keep(host)
+            if aligned_expected is not None:
+                aligned_expected = spill.keep(aligned_expected)
+        if expected is every:
+            aligned_expected = lengths
         if loads is None:
             loads = self.aligned(None, spill)
         return View(
@@ -244,6 +258,7 @@ class Registry:
             reported,
             self.page_size,
             match.prefix_key,
+            aligned_expected,
         )
 
     def checked(

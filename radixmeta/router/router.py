@@ -39,6 +39,7 @@ from radixmeta.policies import as_policy
 from radixmeta.policies.base import BatchPolicy, EngineLoad, Policy, Request
 from radixmeta.router import batch
 from radixmeta.router.decision import Decision
+from radixmeta.router.estimate import Estimate
 from radixmeta.router.feed import EventFeed
 from radixmeta.router.metrics import health_of, replay_metrics, worker_metrics
 from radixmeta.router.registry import Registry, WorkerLoad
@@ -162,6 +163,8 @@ class Router:
             check_seconds("probe_interval", probe_interval),
         )
         self._registry = Registry(self.tree)
+        # What a worker will still hold when a request runs there (View.expected).
+        self._estimate = Estimate(self.tree, self._exact)
         self._clock = clock
         self._lock = threading.RLock()  # re-entrant: a policy hook may call the router
         self._closed = False
@@ -306,12 +309,18 @@ class Router:
         kv_usage: float | None = None,
         running: int | None = None,
     ) -> None:
-        """Record what a worker's engine reports about itself (shown to policies as is).
+        """Record what a worker's engine reports about itself (``view.reported``).
+
+        The router stamps the report with its clock and its own count of the
+        worker's requests in flight (``EngineLoad.at``, ``EngineLoad.router_requests``),
+        so that a policy can add what only the engine saw to the router's current
+        counts (:func:`radixmeta.policies.base.extra_requests`).
 
         Raises
         ------
         InvalidInputError
-            A negative count, or ``kv_usage`` outside ``[0, 1]``.
+            A negative count, ``kv_usage`` outside ``[0, 1]``, or a clock reading
+            that is not a finite number.
         """
         queue = None if queue_length is None else check_int("queue_length", queue_length, 0)
         run = None if running is None else check_int("running", running, 0)
@@ -324,7 +333,12 @@ class Router:
                 raise InvalidInputError(msg)
             kv_usage = float(kv_usage)
         with self._lock:
-            self._registry.record(worker).reported = EngineLoad(queue, kv_usage, run)
+            record = self._registry.record(worker)
+            # Stamped with the router's clock and its own count at arrival, so a
+            # policy can weigh the report against the counts it has since.
+            at = self._now()
+            own = self._registry.requests[worker.index]
+            record.reported = EngineLoad(queue, kv_usage, run, at, own)
             self._registry.refresh()
 
     def load(self, worker: WorkerId) -> WorkerLoad:
@@ -416,15 +430,20 @@ class Router:
                 m = self.tree.match(key, extras=extras, namespace=namespace, cursor=True)
             every = m.length_list
             view = registry.view(m, every)
+            if registry.bounded:
+                view.expected = self._estimate.expected(view, key, namespace, extras)
             request = Request(rid, key, namespace, extras, group, expected_output)
             worker, label, detail = registry.checked(self._choose(request, view))
-            matched = every[worker.index]
+            raw = matched = every[worker.index]
+            expected = view.expected
+            if expected is not None and expected is not view.lengths:
+                matched = expected[registry.position[worker.index]]
             started = self._now()
             if self._on_dispatch is not None:
                 self._on_dispatch(request, worker, matched)
             # Commit: nothing below raises.
             decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
-            self._commit(decision, m)
+            self._commit(decision, m, raw)
             return decision
 
     def _request_id(self, given: str | None, taken: set[str] | None = None) -> str:
@@ -440,10 +459,11 @@ class Router:
             rid = next(self._ids)
         return rid
 
-    def _commit(self, decision: Decision, match: Any) -> None:
+    def _commit(self, decision: Decision, match: Any, raw: int) -> None:
         """Apply a decided request (nothing here raises): mark its pages for its worker
         from its match's walk (exact mode: a hold, released at its end; approximate: an
-        insert into the router's model), count its load, and put it in flight."""
+        insert into the router's model), count its load, and put it in flight (and, when
+        the router estimates, its prefixes: ``raw`` is what its worker's match was)."""
         worker = decision.worker
         if self._exact:
             decision._hold = match.hold(worker)
@@ -455,6 +475,8 @@ class Router:
         # The counters of metrics() take the request when it ends (finish, expire,
         # removal); until then metrics() reads it from the flights.
         self._flights[decision.request_id] = decision
+        if self._registry.bounded:
+            self._estimate.enter(decision, raw)
 
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
@@ -526,13 +548,14 @@ class Router:
             groups = batch.groups_of(items, self.page_size, self.group_ratio)
             # Decide: the plan (choices and what each request finds on its worker), the
             # clock, the hooks. The router's own state is untouched until the commit.
+            held = batch.expected_of(registry, self._estimate, requests_, matches)
             if self._choose_batch is not None:
                 planned, matched_of = batch.by_policy(
-                    registry, self._choose_batch, requests_, matches, groups
+                    registry, self._choose_batch, requests_, matches, groups, held
                 )
             else:
                 planned, matched_of = batch.by_groups(
-                    registry, self._choose, self.group_slack, requests_, matches, groups
+                    registry, self._choose, self.group_slack, requests_, matches, groups, held
                 )
             started = self._now()  # the batch is decided at one time
             self._tell_dispatched(requests_, planned, matched_of)
@@ -543,7 +566,7 @@ class Router:
             ):
                 rid = r.request_id
                 decision = Decision(rid, worker, matched, label, detail, view, r, None, started)
-                self._commit(decision, m)
+                self._commit(decision, m, m.length_of(worker))
                 decisions.append(decision)
             return decisions
 
@@ -714,6 +737,7 @@ class Router:
             registry.prefill[i] -= flight._uncached
         if hold and flight._hold is not None:
             self.tree.release(flight._hold)
+        self._estimate.leave(flight)
 
     # -- events (exact mode) -------------------------------------------------------------
     def submit(self, records: Sequence[Record]) -> None:

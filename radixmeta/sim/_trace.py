@@ -13,7 +13,7 @@ from radixmeta._keys import check_int
 from radixmeta.errors import DataNotFoundError, InvalidInputError, WorkloadError
 from radixmeta.sim._workload import Request, Workload, frozen_tokens
 
-__all__ = ["TraceRecord", "trace"]
+__all__ = ["TraceRecord", "from_records", "trace"]
 
 
 class TraceRecord(msgspec.Struct):
@@ -133,8 +133,7 @@ def trace(
         msg = f"trace file {file} cannot be read: {exc.strerror or exc}"
         raise DataNotFoundError(msg) from None
 
-    dense: dict[int, int] = {}
-    records: list[tuple[float, int, list[int], int]] = []  # timestamp, length, blocks, output
+    records: list[TraceRecord] = []
     with handle:
         for number, raw in enumerate(handle, start=1):
             if most is not None and len(records) >= most:
@@ -150,10 +149,31 @@ def trace(
             if problem is not None:
                 msg = f"{file}:{number}: {problem}"
                 raise WorkloadError(msg)
-            blocks = [dense.setdefault(h, len(dense)) for h in record.hash_ids]
-            records.append((record.timestamp, record.input_length, blocks, record.output_length))
+            records.append(record)
+    params: dict[str, object] = {"block_size": size, "time_scale": scale, "limit": most}
+    return from_records(records, block_size=size, time_scale=scale, source=str(file), params=params)
+
+
+def from_records(
+    lines: list[TraceRecord],
+    *,
+    block_size: int,
+    time_scale: float = 1.0,
+    source: str,
+    params: dict[str, object],
+    name: str = "trace",
+    seed: int | None = None,
+) -> Workload:
+    """The workload of trace lines already checked (``trace``'s rules for tokens and times)."""
+    size = block_size
+    scale = time_scale
+    dense: dict[int, int] = {}
+    records: list[tuple[float, int, list[int], int]] = []  # timestamp, length, blocks, output
+    for record in lines:
+        blocks = [dense.setdefault(h, len(dense)) for h in record.hash_ids]
+        records.append((record.timestamp, record.input_length, blocks, record.output_length))
     if len(dense) > 2**32:
-        msg = f"{file}: more than 2**32 distinct hash ids cannot be told apart by token ids"
+        msg = f"{source}: more than 2**32 distinct hash ids cannot be told apart by token ids"
         raise WorkloadError(msg)
 
     order = sorted(range(len(records)), key=lambda k: records[k][0])  # stable
@@ -173,10 +193,10 @@ def trace(
         for position, at, length, arrival, output in requests
     ]
     metadata = {
-        "source": str(file),
+        "source": source,
         "tokenizer": None,
-        "seed": None,
-        "params": {"block_size": size, "time_scale": scale, "limit": most},
+        "seed": seed,
+        "params": params,
         "distinct_blocks": len(dense),
     }
-    return Workload("trace", built, metadata)
+    return Workload(name, built, metadata)

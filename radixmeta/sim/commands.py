@@ -1,4 +1,4 @@
-"""``radixmeta simulate`` and ``radixmeta reproduce a4``: the simulator from the command line.
+"""``radixmeta simulate`` and ``radixmeta reproduce a4|traces``: the simulator on the command line.
 
 The parser lives in :mod:`radixmeta.cli`; these functions take its parsed
 arguments, run the sweep with a progress bar, print the comparison table and
@@ -31,9 +31,11 @@ __all__ = [
     "Claim",
     "a4_claims",
     "add_simulate_arguments",
+    "add_traces_arguments",
     "load_workload",
     "parse_capacity",
     "reproduce_a4",
+    "reproduce_traces",
     "simulate",
 ]
 
@@ -175,7 +177,10 @@ def load_workload(args: argparse.Namespace) -> Any:
         )
     elif name == "sharegpt":
         params.update(path=args.sharegpt_file, tokenizer=args.tokenizer)
-    if rate is not None and name != "trace":
+    elif name == "synthetic":
+        params.update(shape=args.shape, sessions=args.sessions, time_scale=args.time_scale)
+    timed = name in ("trace", "synthetic")  # a trace's own times; --rate stretches them
+    if rate is not None and not timed:
         params["rate"] = rate
     if name != "trace":
         params["seed"] = args.seed
@@ -187,7 +192,7 @@ def load_workload(args: argparse.Namespace) -> Any:
     if len(workload) == 0:
         msg = f"the {name} workload has no requests: nothing to simulate"
         raise InvalidInputError(msg)
-    if rate is not None and name == "trace":
+    if rate is not None and timed:
         times, factor = scale_to_rate(list(workload.arrivals), rate)
         requests = [
             workloads.Request(r.request_id, r.tokens, t, r.output_len, r.group)
@@ -672,7 +677,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
     if not reproduce:
         parser.add_argument(
             "--workload",
-            choices=("gsp", "mmlu", "sharegpt", "trace"),
+            choices=("gsp", "mmlu", "sharegpt", "trace", "synthetic"),
             default="gsp",
             help="what to simulate (default: gsp, generated shared-prefix groups, no data needed)",
         )
@@ -738,6 +743,14 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
         )
         parser.add_argument("--sharegpt-file", help="--workload sharegpt: a ShareGPT JSON file")
         parser.add_argument(
+            "--shape",
+            default="chat",
+            help="--workload synthetic: chat, agents, documents or bursty (default chat)",
+        )
+        parser.add_argument(
+            "--sessions", type=int, default=None, help="--workload synthetic: conversations"
+        )
+        parser.add_argument(
             "--trace-out", help="write a Chrome trace (Perfetto) of the largest fleet"
         )
     parser.add_argument("--mmlu-dir", help="a folder of MMLU CSVs (Hugging Face layout)")
@@ -790,3 +803,218 @@ def add_simulate_arguments(parser: argparse.ArgumentParser, *, reproduce: bool =
             action="store_true",
             help="exit 1 when a claim is not met (default: 0 whenever it ran)",
         )
+
+
+# -- reproduce traces ----------------------------------------------------------------------
+
+TRACE_TIMINGS = "own,spread,0.5,0.8,0.95"
+
+
+def add_traces_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``radixmeta reproduce traces``."""
+    parser.add_argument(
+        "--trace-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a trace in the Mooncake format (JSON lines with hash_ids); repeatable",
+    )
+    parser.add_argument(
+        "--synthetic",
+        default=None,
+        metavar="SHAPE:SEED,...",
+        help="synthetic traces (radixmeta.sim.synthetic), e.g. chat:1,agents:2; 'all': "
+        "every shape with seed 1",
+    )
+    parser.add_argument(
+        "--extra",
+        default=None,
+        metavar="gsp,mmlu,sharegpt",
+        help="also these workloads (mmlu needs --mmlu-dir); they run at the loads only",
+    )
+    parser.add_argument("--mmlu-dir", help="a folder of MMLU CSVs (Hugging Face layout)")
+    parser.add_argument("--sharegpt-file", help="a ShareGPT JSON file (default: the package's)")
+    parser.add_argument("--workers", default="4,8,16", help="fleet sizes (default 4,8,16)")
+    parser.add_argument(
+        "--loads",
+        default=TRACE_TIMINGS,
+        help="timings: own (the workload's times), spread (same-instant arrivals 1 ms "
+        f"apart) and offered loads (default {TRACE_TIMINGS})",
+    )
+    parser.add_argument(
+        "--capacity", default="0.5x,1x,4x", help="pools as multiples of the cost model's"
+    )
+    parser.add_argument("--consistency", default="idle,none", help="default idle,none")
+    parser.add_argument("--policies", default="all", help="default and its rivals (default all)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N requests")
+    parser.add_argument("--block-size", type=int, default=512, help="tokens per hash id")
+    parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--prefill-model", default="mistral_7b_a6000")
+    parser.add_argument("--decode-model", default="mistral_7b_a6000")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes for the runs (0: one per CPU)"
+    )
+    parser.add_argument("--out", help="write traces.json (every cell, strict JSON) here")
+    parser.add_argument(
+        "--format",
+        choices=("plain", "markdown"),
+        default="plain",
+        help="the tables as aligned text (within 80 columns) or Markdown (default plain)",
+    )
+    parser.add_argument(
+        "--rivals-from",
+        metavar="TRACES_JSON",
+        help="take every policy but default from an earlier traces.json where it has the "
+        "cell (after a change to default only: its rivals' runs are the same)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 unless default meets every target"
+    )
+
+
+def _timings(text: str) -> list[str]:
+    from radixmeta.sim.load import check_load
+
+    out = []
+    for item in _list(text):
+        if item in ("own", "spread"):
+            out.append(item)
+            continue
+        try:
+            out.append(f"{check_load(item):g}")
+        except InvalidInputError:
+            msg = f"--loads takes own, spread and loads > 0 (0.5,0.8), got {item!r}"
+            raise InvalidInputError(msg) from None
+    if not out:
+        msg = f"--loads takes own, spread and loads like 0.8, got {text!r}"
+        raise InvalidInputError(msg)
+    return out
+
+
+def _trace_workloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(label, workload) for every workload the arguments name."""
+    from radixmeta.sim import workloads
+    from radixmeta.sim.synthetic import TRACE_SHAPES
+
+    if args.limit is not None and args.limit < 1:
+        msg = f"--limit must be >= 1 request, got {args.limit}"
+        raise InvalidInputError(msg)
+    out: list[tuple[str, Any]] = []
+    for path in args.trace_file:
+        w = workloads.trace(path, block_size=args.block_size, limit=args.limit)
+        out.append((Path(path).stem, w))
+    if args.synthetic:
+        items = (
+            [f"{name}:1" for name in TRACE_SHAPES]
+            if args.synthetic.strip() == "all"
+            else _list(args.synthetic)
+        )
+        for item in items:
+            shape, _, seed = item.partition(":")
+            try:
+                number = int(seed) if seed else 1
+            except ValueError:
+                msg = f"--synthetic takes SHAPE:SEED items, got {item!r}"
+                raise InvalidInputError(msg) from None
+            w = workloads.synthetic(shape, seed=number, limit=args.limit)
+            out.append((f"{shape}/{number}", w))
+    for name in _list(args.extra or ""):
+        if name == "mmlu":
+            if not args.mmlu_dir:
+                msg = "--extra mmlu needs --mmlu-dir DIR"
+                raise InvalidInputError(msg)
+            w = workloads.mmlu(args.mmlu_dir, seed=args.seed)
+        elif name == "gsp":
+            w = workloads.gsp(seed=args.seed)
+        elif name == "sharegpt":
+            w = workloads.sharegpt(path=args.sharegpt_file, seed=args.seed)
+        else:
+            msg = f"--extra takes some of gsp, mmlu, sharegpt, got {name!r}"
+            raise InvalidInputError(msg)
+        if args.limit is not None and args.limit < len(w):
+            w = workloads.Workload(w.name, list(w)[: args.limit], dict(w.metadata))
+        out.append((name, w))
+    if not out:
+        msg = "reproduce traces needs a workload: --trace-file, --synthetic or --extra"
+        raise InvalidInputError(msg)
+    for label, w in out:
+        if len(w) == 0:
+            msg = f"the {label} workload has no requests: nothing to simulate"
+            raise InvalidInputError(msg)
+    return out
+
+
+def reproduce_traces(args: argparse.Namespace) -> int:
+    """``radixmeta reproduce traces``: default against every rival, cell by cell."""
+    from radixmeta.sim import traces
+
+    started = time.perf_counter()
+    timings = _timings(args.loads)
+    fleets = _workers(args.workers)
+    capacities = _list(args.capacity)
+    consistencies = _consistencies(args.consistency)
+    chosen = _policies(args.policies)
+    base = SimConfig(
+        page_size=args.page_size,
+        prefill=args.prefill_model,
+        decode=args.decode_model,
+        seed=args.seed,
+    )
+    if base.cost_model is None:
+        msg = "reproduce traces needs a cost model of radixmeta.policies.costs.COST_MODELS"
+        raise InvalidInputError(msg)
+    for text in capacities:  # refused before anything runs
+        traces._capacity_tokens(text, base.cost_model.kv_tokens)
+    loaded = _trace_workloads(args)
+    described = [{"label": label, "digest": w.digest(), **_describe(w)} for label, w in loaded]
+    settings = {
+        "limit": args.limit,
+        "block_size": args.block_size,
+        "page_size": args.page_size,
+        "prefill_model": args.prefill_model,
+        "decode_model": args.decode_model,
+        "seed": args.seed,
+    }
+    rivals = (
+        None
+        if not args.rivals_from
+        else traces.load_rivals(args.rivals_from, described, settings)
+    )
+    for item in described:
+        print(
+            f"{item['label']}: {item['requests']:,} requests, "
+            f"{item['prompt_tokens']:,} prompt tokens",
+            flush=True,
+        )
+    done: list[Any] = []
+
+    def on_result(result: Any) -> None:
+        done.append(result)
+        print("\n".join(traces.cell_rows(result, args.format)), flush=True)
+        if args.out:
+            traces.write_results(Path(args.out) / "traces.json", described, done, settings)
+
+    results = traces.run_grid(
+        loaded,
+        timings=timings,
+        workers=fleets,
+        capacities=capacities,
+        consistencies=consistencies,
+        policies=chosen,
+        base=base,
+        jobs=args.jobs,
+        on_result=on_result,
+        rivals=rivals,
+    )
+    print("\nTargets, per cell, for default against the best of the policies run:")
+    print("\n".join(f"  {name:5} {what}" for name, what in traces.TARGETS))
+    print("\n".join(traces.met_rows(results, args.format)))
+    if args.out:
+        path = traces.write_results(
+            Path(args.out) / "traces.json", described, results, settings
+        )
+        print(f"wrote {path}")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    unmet = any(r.skipped is None and False in r.verdict.values() for r in results)
+    return 1 if args.check and unmet else 0

@@ -509,14 +509,17 @@ class Simulation:
             for wi, w in enumerate(workers):
                 pending[wi] = w.snapshot(at)
 
-        def report() -> None:
-            """Hand the router what the workers last reported, where it changed.
+        def report(at: float) -> None:
+            """Hand the router what the workers reported at the instant ``at``, where it
+            changed, on the router's clock at that instant.
 
-            Only a dispatch reads the reports, so they are handed over just before
-            one (and at the end): each is a worker's state at the last report
-            instant before it, as if it had been sent then.
+            Called as the report instant is sampled, before the event that crosses
+            it: the router's own counts are then as they were at ``at`` too (they
+            change only in events), so the report's stamp (its time and the router's
+            count then) agrees with what it says.
             """
             t0 = clock()
+            clock_now[0] = at
             for wi, numbers in enumerate(pending):
                 if numbers is not None and numbers != reported[wi]:
                     reported[wi] = numbers
@@ -538,6 +541,7 @@ class Simulation:
                 while (tick + 1) * interval <= now:
                     tick += 1
                 sample(tick * interval)
+                report(tick * interval)
                 next_tick = tick + 1
             clock_now[0] = now
             if kind == _ARRIVAL:
@@ -549,8 +553,6 @@ class Simulation:
                 while last < n and arrivals[last] == arrivals[first]:
                     last += 1
                 next_arrival = last
-                if reporting:
-                    report()
                 t0 = clock()
                 if last - first == 1 or not batched:
                     decisions = [
@@ -629,8 +631,6 @@ class Simulation:
                 queued.clear()
                 if router_free > now:
                     push(router_free, _WAKE, None)
-        if reporting:
-            report()
         for w in workers:
             if cfg.check:
                 w.check_drained()
@@ -651,7 +651,8 @@ class Simulation:
 
 
 def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
-    """The policy object; a built-in gets the run's seed and the simulated clock."""
+    """The policy object; a built-in gets the run's seed, the simulated clock and the run's
+    own prefill and decode models (a policy that predicts times predicts the fleet's)."""
     if not isinstance(cfg.policy, str):
         return cfg.policy
     import inspect
@@ -666,4 +667,8 @@ def _policy(cfg: SimConfig, clock: Callable[[], float]) -> Any:
             params.setdefault("seed", cfg.seed)
         if "clock" in accepted:
             params.setdefault("clock", clock)
+        if "prefill" in accepted:
+            params.setdefault("prefill", cfg.prefill)
+        if "decode" in accepted:
+            params.setdefault("decode", cfg.decode)
     return policies.create(cfg.policy, **params)

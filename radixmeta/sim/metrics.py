@@ -25,6 +25,13 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
     return {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
 
 
+def _with_mean(values: np.ndarray) -> dict[str, float]:
+    """The percentiles and the mean (``nan`` for no values)."""
+    out = _percentiles(values)
+    out["mean"] = float(values.mean()) if values.size else float("nan")
+    return out
+
+
 def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     """The summary of one run as plain JSON-ready values.
 
@@ -40,7 +47,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     dict
         ``hit_rate`` (tokens the workers' caches matched over the prompt tokens
         of the requests not rejected), ``estimated_hit_rate`` (what the router
-        expected at dispatch, over the same tokens), ``optimal_hit_rate``,
+        expected at dispatch, over the same tokens), ``estimate_error`` (the
+        estimate less the hit rate), ``optimal_hit_rate``,
         ``requests``, ``completed`` (requests that finished: never the rejected),
         ``rejected`` (longer than the context or the pool), ``retracted``
         (retractions), ``requeued`` (requests put back on a queue by them),
@@ -51,7 +59,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         requests held; ``None`` unbounded), ``capacity`` and ``context_len`` (as
         resolved), ``makespan`` (s),
         ``throughput_rps``, ``throughput_tps`` (prompt and output tokens per
-        second), ``ttft`` and ``latency`` percentiles (s), ``imbalance`` (max over
+        second), ``ttft`` (its percentiles and ``mean``) and ``latency``
+        percentiles (s), ``imbalance`` (max over
         mean of the workers' prefill busy time), ``workers`` (per worker),
         ``event_lag`` (mean, max and p99 over records of the seconds from a
         record's step to its replay),
@@ -100,6 +109,8 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
     total_prefill = float(prefill_busy.sum())
     wall["router_us_per_request"] = router_wall / n * 1e6 if n else 0.0
     wall["router_share_of_prefill"] = router_wall / total_prefill if total_prefill else 0.0
+    hit_rate = float(hits.sum() / total_prompt) if total_prompt else 0.0
+    estimate = float(estimated[served].sum() / total_prompt) if total_prompt else 0.0
     return {
         "policy": cfg.policy_name,
         "workers_count": cfg.workers,
@@ -116,17 +127,16 @@ def summarise(run: SimRun, optimal: float | None = None) -> dict[str, Any]:
         "insert_refused": int(sum(run.insert_refused)),
         "queue_wait": _percentiles(admitted[done] - arrival[done]),
         "kv_peak": max((p for p in run.kv_peak if p is not None), default=None),
-        "hit_rate": float(hits.sum() / total_prompt) if total_prompt else 0.0,
-        "estimated_hit_rate": (
-            float(estimated[served].sum() / total_prompt) if total_prompt else 0.0
-        ),
+        "hit_rate": hit_rate,
+        "estimated_hit_rate": estimate,
+        "estimate_error": estimate - hit_rate,
         "optimal_hit_rate": optimal,
         "makespan": makespan,
         "throughput_rps": float(done.sum() / makespan) if makespan > 0 else 0.0,
         "throughput_tps": (
             float((prompt[done].sum() + output[done].sum()) / makespan) if makespan > 0 else 0.0
         ),
-        "ttft": _percentiles(first[done] - arrival[done]),  # the rejected never start
+        "ttft": _with_mean(first[done] - arrival[done]),  # the rejected never start
         "latency": _percentiles(finished[done] - arrival[done]),
         "imbalance": float(prefill_busy.max() / mean_busy) if mean_busy > 0 else 1.0,
         "workers": workers,

@@ -138,6 +138,10 @@ def _load(x: Any) -> str:
     return "-" if _missing(x) else f"{x:g}"
 
 
+def _points(x: Any) -> str:
+    return "-" if _missing(x) else f"{x * 100:+.1f} pt"
+
+
 def _text(x: Any) -> str:
     return "-" if x is None else str(x)
 
@@ -199,8 +203,16 @@ COLUMNS: tuple[Column, ...] = (
     _col("hit_rate", "hit", "hit_rate", _pct, "prompt tokens the workers' caches matched"),
     _col("optimal", "H*", "optimal_hit_rate", _pct, "the workload's optimal hit rate"),
     _col("estimated", "est.", "estimated_hit_rate", _pct, "the hit rate the router expected"),
+    _col(
+        "est_error",
+        "est. err",
+        "estimate_error",
+        _points,
+        "the router's estimate less the hit rate, in points",
+    ),
     _col("rps", "req/s", "throughput_rps", _rate, "completed requests per second"),
     _col("tps", "tok/s", "throughput_tps", _rate, "prompt and output tokens per second"),
+    _col("ttft_mean", "TTFT mean", "ttft.mean", _seconds, "time to first token, mean"),
     _col("ttft_p50", "TTFT p50", "ttft.p50", _seconds, "time to first token, median"),
     _col("ttft_p90", "TTFT p90", "ttft.p90", _seconds, "time to first token, 90th percentile"),
     _col("ttft_p99", "TTFT p99", "ttft.p99", _seconds, "time to first token, 99th percentile"),

@@ -21,6 +21,7 @@ never counts against the simulator's speed. See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ from radixmeta._keys import check_int
 from radixmeta.errors import InputTypeError, InvalidInputError
 from radixmeta.sim._mmlu import mmlu
 from radixmeta.sim._sharegpt import sharegpt
-from radixmeta.sim._trace import trace
+from radixmeta.sim._trace import TraceRecord, from_records, trace
 from radixmeta.sim._workload import (
     Request,
     Workload,
@@ -51,6 +52,7 @@ __all__ = [
     "load",
     "mmlu",
     "sharegpt",
+    "synthetic",
     "trace",
 ]
 
@@ -271,11 +273,78 @@ def from_requests(
     return Workload(name, built, info)
 
 
+def synthetic(
+    shape: str = "chat",
+    *,
+    seed: int = 0,
+    sessions: int | None = None,
+    time_scale: float = 1.0,
+    limit: int | None = None,
+) -> Workload:
+    """A seeded trace in the Mooncake format with the shape of production traffic.
+
+    The lines :func:`radixmeta.sim.synthetic.synthetic_records` draws (shared
+    system prompts, multi-turn sessions, long documents, bursts), replayed as
+    :func:`trace` replays a file: the same blocks, the same times.
+
+    Parameters
+    ----------
+    shape : str
+        A name of :data:`radixmeta.sim.synthetic.TRACE_SHAPES` (``chat``, ``agents``,
+        ``documents``, ``bursty``).
+    seed : int, default 0
+        Seeds the trace.
+    sessions : int, optional
+        Conversations (default: the shape's).
+    time_scale : float, default 1.0
+        As :func:`trace`'s.
+    limit : int, optional
+        Only the first requests, by time.
+
+    Returns
+    -------
+    Workload
+        Named ``"synthetic"``; ``metadata["params"]`` has the whole shape.
+
+    Examples
+    --------
+    >>> w = synthetic("agents", seed=3, sessions=20)
+    >>> len(w) > 20, w.metadata["params"]["name"], w.name
+    (True, 'agents', 'synthetic')
+    """
+    from radixmeta.sim.synthetic import synthetic_records, trace_shape
+
+    changes = {} if sessions is None else {"sessions": check_int("sessions", sessions, 1)}
+    chosen = trace_shape(shape, **changes)
+    scale = float(time_scale)
+    if not (math.isfinite(scale) and scale >= 0):
+        msg = f"time_scale must be finite and >= 0, got {time_scale!r}"
+        raise InvalidInputError(msg)
+    lines = synthetic_records(chosen, seed=check_int("seed", seed, 0))
+    if limit is not None:
+        lines = lines[: check_int("limit", limit, 0)]
+    records = [
+        TraceRecord(x["timestamp"], x["input_length"], x["output_length"], x["hash_ids"])
+        for x in lines
+    ]
+    params = {**dataclasses.asdict(chosen), "time_scale": scale, "limit": limit}
+    return from_records(
+        records,
+        block_size=chosen.block_size,
+        time_scale=scale,
+        source=f"synthetic {chosen.name}, seed {seed}",
+        params=params,
+        name="synthetic",
+        seed=seed,
+    )
+
+
 #: The builders :func:`load` knows, by name.
 WORKLOADS: Mapping[str, Callable[..., Workload]] = {
     "gsp": gsp,
     "mmlu": mmlu,
     "sharegpt": sharegpt,
+    "synthetic": synthetic,
     "trace": trace,
 }
 
