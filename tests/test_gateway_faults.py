@@ -25,7 +25,7 @@ from _ports import free_port_block  # noqa: E402
 
 from radixmeta.gateway import WorkerSpec  # noqa: E402
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.processes]
 
 LONG = "A shared system prompt that is long enough to be worth routing by. " * 30
 

@@ -17,7 +17,7 @@ openai = pytest.importorskip("openai", reason="the openai client is not installe
 
 from _gateway import ServedGateway, Standin, config, wait_for  # noqa: E402
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.processes]
 
 PREFIX = "You are a careful assistant. Answer briefly and cite the rule you used. " * 30
 
