@@ -175,6 +175,22 @@ def test_hf_tokenizer_from_a_file_a_directory_or_the_local_cache(tmp_path, monke
         HFTokenizer("org/absent")
 
 
+def test_a_chat_template_is_applied_through_transformers(tmp_path):
+    """The model's own template, as the engine renders it, not radixmeta's stand-in."""
+    pytest.importorskip("transformers")
+    _tiny_tokenizer(tmp_path)
+    template = (
+        "{% for m in messages %}hello {{ m.content }} world {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": template}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = HFTokenizer(str(tmp_path))
+    assert tok.templated
+    # render_chat would give <|user|> hi <|assistant|>, that is [3, 5, 4].
+    assert tok.chat([{"role": "user", "content": "hi"}]).tolist() == [1, 5, 2, 4]
+
+
 def test_prompts_of_completions_and_chats():
     tok = ByteTokenizer()
     tokens, exact = prompt_of({"prompt": "ab"}, "completions", tok)
