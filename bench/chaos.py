@@ -316,6 +316,7 @@ def run(seconds: float, kill_every: float, workers: int, seed: int,
         warm = min(10.0, seconds / 4)
         time.sleep(warm)
         rss_start = _rss_kib()
+        rss_series = [(round(time.monotonic() - started, 1), rss_start)]  # its shape: a leak?
         kills = 0
         next_kill = time.monotonic() + kill_every
         while time.monotonic() - started < seconds:
@@ -331,6 +332,8 @@ def run(seconds: float, kill_every: float, workers: int, seed: int,
                 next_kill = time.monotonic() + kill_every
             thread = router.health()["thread"]
             assert thread["state"] != "dead", thread
+            if time.monotonic() - started - rss_series[-1][0] >= 30.0:
+                rss_series.append((round(time.monotonic() - started, 1), _rss_kib()))
         stop.set()
         for t in threads:
             t.join(5)
@@ -372,7 +375,7 @@ def run(seconds: float, kill_every: float, workers: int, seed: int,
             "dispatched": dispatched[0], "thread": thread, "rows": rows,
             "in_flight": metrics["in_flight"], "holds": metrics["tree"]["holds"],
             "load": sum(w["requests"] for w in metrics["workers"]),
-            "rss_kib": [rss_start, rss_end],
+            "rss_kib": [rss_start, rss_end], "rss_series": rss_series,
             "ok": bool(
                 thread["alive"]
                 and all(r["equal"] or (r["stale"] and r["codec"] == "vllm") for r in rows)
@@ -418,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = {**r, "slowed": r["slowed"] if r["slow_replay"] else "-"}
         print(" ".join(f"{cells[k]!s:>{w}}" for _, k, w in columns))
     rss = result["rss_kib"]
+    series = result["rss_series"]
+    step = max(1, len(series) // 10)  # at most about ten samples on one line each
+    print("RSS (s: KiB): " + ", ".join(f"{t:g}: {kib}" for t, kib in series[::step]))
     print(f"in flight {result['in_flight']}, holds {result['holds']}, load {result['load']}; "
           f"RSS {rss[0]} -> {rss[1]} KiB ({100 * (rss[1] - rss[0]) / rss[0]:+.1f} %); "
           f"ok: {result['ok']}")
