@@ -7,8 +7,8 @@ same paths for hangs only, with bounds of seconds).
 
 * ``replay``: ``Router.replay(max_seconds=B)`` returns within B + 10 ms. A router follows
   two native workers; w0's replay socket is a port nothing listens on and w0 has a gap,
-  so a repair waits on that socket for the whole ``--replay-timeout``, while 100,000 of
-  w1's records (``--records``) wait to be applied. Each call is timed until w1's records are all in,
+  so a repair waits on that socket for the whole ``--replay-timeout``, while 50,000 of
+  w1's records (``--records``, below the replayer's ``max_pending``) wait to be applied. Each call is timed until w1's records are all in,
   for B = 1, 10 and 50 ms; the figure is the overshoot, the call's time past B.
 * ``listen``: in ``radixmeta listen``'s loop (``radixmeta.cli._loop``, run in a thread
   of this process on a real ``FleetSubscription``), a healthy worker's batches are
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer records and batches")
     parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--records", type=int, default=100_000)
+    # Below the replayer's max_pending (65,536), past which records are dropped for a repair.
+    parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--replay-timeout", type=float, default=1.0)
     parser.add_argument("--probe-interval", type=float, default=1.0)
     parser.add_argument("--json", metavar="OUT", help="write every number here")
