@@ -8,8 +8,9 @@ same paths for hangs only, with bounds of seconds).
 * ``replay``: ``Router.replay(max_seconds=B)`` returns within B + 10 ms. A router follows
   two native workers; w0's replay socket is a port nothing listens on and w0 has a gap,
   so a repair waits on that socket for the whole ``--replay-timeout``, while 50,000 of
-  w1's records (``--records``, below the replayer's ``max_pending``) wait to be applied. Each call is timed until w1's records are all in,
-  for B = 1, 10 and 50 ms; the figure is the overshoot, the call's time past B.
+  w1's records (``--records``, below the replayer's ``max_pending``) wait to be applied.
+  Each call is timed until w1's records are all in, for B = 1, 10 and 50 ms; the figure
+  is the overshoot, the call's time past B.
 * ``listen``: in ``radixmeta listen``'s loop (``radixmeta.cli._loop``, run in a thread
   of this process on a real ``FleetSubscription``), a healthy worker's batches are
   applied within 50 ms of publication with three workers unreachable (nothing listens
