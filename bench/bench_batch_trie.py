@@ -18,8 +18,10 @@ Rows, per workload and batch size (one run each, the sizes are large):
 * ``prefix_links``: the native trie of the batch alone (``_core.prefix_links``).
 * ``group_runs``: ``_core.prefix_group_runs``, what the router calls (the trie and
   the lists it hands out).
-* ``dispatch_batch``: a fresh 8-worker ``Router`` (exact mode, the default policy)
-  deciding the whole batch; then the native calls it makes, each timed alone
+* ``dispatch_batch``: a fresh 8-worker ``Router`` (exact mode, the default policy, or
+  ``--policy``) deciding the whole batch, in wall-clock seconds and in this process's
+  CPU seconds (``cpu``: on a shared machine the wall clock also counts the time other
+  processes hold the cores); then the native calls it makes, each timed alone
   (:func:`native_parts`), and what is left: the router's and the policy's Python.
 """
 
@@ -79,39 +81,49 @@ WORKLOADS: dict[str, Callable[[int, np.random.Generator], list[np.ndarray]]] = {
 
 def timed(call: Callable[..., Any], *args: Any) -> float:
     """Seconds of one ``call(*args)``, the garbage collector on (as in a router)."""
+    return timed_both(call, *args)[0]
+
+
+def timed_both(call: Callable[..., Any], *args: Any) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of one ``call(*args)``, the garbage collector on, and
+    counting the first young collection after it (a call that pauses the collector
+    leaves that one to its caller)."""
     gc.collect()
-    t0 = time.perf_counter()
-    call(*args)
-    return time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = call(*args)
+    _ = [[] for _ in range(1000)]  # more new containers than a young collection waits for
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    del out
+    return wall, cpu
 
 
-def fresh_router() -> Router:
-    router = Router(PAGE)
+def fresh_router(policy: str = "default") -> Router:
+    router = Router(PAGE, policy=policy)
     for i in range(WORKERS):
         router.add_worker(f"w{i}")
     return router
 
 
-def native_parts(prompts: list[np.ndarray]) -> dict[str, float]:
-    """Seconds of the native calls one ``dispatch_batch`` makes, each timed on its own.
+def native_parts(prompts: list[np.ndarray], policy: str = "default") -> dict[str, float]:
+    """CPU seconds of the native calls one ``dispatch_batch`` makes, each timed alone.
 
     On a fresh 8-worker router's tree, as ``dispatch_batch`` meets it: every prompt's
     ``MetaTree.match`` (cursor form), the batch's ``prefix_group_runs``, and one
     ``hold`` per match (exact mode's optimistic mark). What ``dispatch_batch`` takes
     beyond their sum is its Python: ``radixmeta/router.py``, the policy, ``_batch.py``.
     """
-    router = fresh_router()
+    router = fresh_router(policy)
     tree = router.tree
     worker = router.workers[0]
     gc.collect()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     matches = [tree.match(p, cursor=True) for p in prompts]
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     backend.prefix_group_runs(prompts, PAGE, router.group_ratio)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     for m in matches:
         m.hold(worker)
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     return {"match": t1 - t0, "group_runs": t2 - t1, "hold": t3 - t2}
 
 
@@ -131,43 +143,47 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="sizes 2,000 and 20,000")
     parser.add_argument("--no-router", action="store_true", help="the trie rows only")
     parser.add_argument("--no-split", action="store_true", help="skip the native parts' rows")
+    parser.add_argument("--policy", default="default", help="the router's policy (default)")
     parser.add_argument("--json", metavar="OUT", help="write every number here")
     args = parser.parse_args()
     sizes = [2_000, 20_000] if args.quick else args.sizes
     results: list[dict[str, Any]] = []
-    print(f"page {PAGE}, prompts of {PROMPT} tokens, {WORKERS} workers; seconds, one run each")
-    print(f"{'workload':<10}{'requests':>10}{'prefix_links':>14}{'group_runs':>12}"
-          f"{'dispatch_batch':>16}{'us/request':>12}")
+    print(f"page {PAGE}, prompts of {PROMPT} tokens, {WORKERS} workers, policy "
+          f"{args.policy}; seconds, one run each")
+    print(f"{'workload':<10}{'requests':>9}{'prefix_links':>13}{'group_runs':>11}"
+          f"{'batch':>8}{'batch cpu':>10}{'cpu us/req':>11}")
     for name in args.workloads:
         for n in sizes:
             prompts = WORKLOADS[name](n, np.random.default_rng(0))
             row: dict[str, Any] = {"workload": name, "requests": n}
             row["prefix_links"] = timed(backend.prefix_links, prompts, PAGE, 0.5)
             row["group_runs"] = timed(backend.prefix_group_runs, prompts, PAGE, 0.5)
-            line = (f"{name:<10}{n:>10,}{row['prefix_links']:>14.3f}"
-                    f"{row['group_runs']:>12.3f}")
+            line = (f"{name:<10}{n:>9,}{row['prefix_links']:>13.3f}"
+                    f"{row['group_runs']:>11.3f}")
             if not args.no_router:
-                row["dispatch_batch"] = timed(fresh_router().dispatch_batch, prompts)
-                line += f"{row['dispatch_batch']:>16.3f}{row['dispatch_batch'] / n * 1e6:>12.2f}"
+                wall, cpu = timed_both(fresh_router(args.policy).dispatch_batch, prompts)
+                row["dispatch_batch"], row["dispatch_batch_cpu"] = wall, cpu
+                line += f"{wall:>8.3f}{cpu:>10.3f}{cpu / n * 1e6:>11.2f}"
             print(line, flush=True)
             if not args.no_router and not args.no_split:
-                row["native"] = native_parts(prompts)
+                row["native"] = native_parts(prompts, args.policy)
             results.append(row)
     split = [r for r in results if "native" in r]
     if split:
-        print("\nwhere dispatch_batch's time goes (seconds; the native calls timed alone)")
+        print("\nwhere dispatch_batch's CPU time goes (seconds; the native calls timed alone)")
         print(f"{'workload':<10}{'requests':>10}{'match':>9}{'group_runs':>12}{'hold':>8}"
               f"{'python':>9}{'python %':>10}")
         for r in split:
             native = r["native"]
-            python = r["dispatch_batch"] - sum(native.values())
+            python = r["dispatch_batch_cpu"] - sum(native.values())
             r["python"] = python
             print(f"{r['workload']:<10}{r['requests']:>10,}{native['match']:>9.3f}"
                   f"{native['group_runs']:>12.3f}{native['hold']:>8.3f}{python:>9.3f}"
-                  f"{100 * python / r['dispatch_batch']:>9.0f}%")
+                  f"{100 * python / r['dispatch_batch_cpu']:>9.0f}%")
     if args.json:
         meta = {"platform": platform.platform(), "python": sys.version.split()[0],
-                "commit": commit(), "page": PAGE, "prompt": PROMPT, "workers": WORKERS}
+                "commit": commit(), "page": PAGE, "prompt": PROMPT, "workers": WORKERS,
+                "policy": args.policy}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
 

@@ -4,15 +4,20 @@ Half the workers publish with radixmeta's ``LogPublisher`` (native codec, snapsh
 half in vLLM's format (``ZmqPublisher`` + ``wire.vllm``, no snapshots). Each child
 inserts random shared-prefix prompts into its RadixCache and publishes every few ms;
 one batch in 1,000 is garbage, now and then a child pauses for 2-3 s, and one vLLM
-worker's replay endpoint is a dead port. Every ``--kill-every`` seconds one child is
-killed with SIGKILL and started again on the same ports (its numbering from 0). Four
-threads dispatch and finish meanwhile.
+worker's replay endpoint is a dead port. Every child's live stream goes through a lossy
+link (:func:`lossy_link`, real sockets in the child: one batch in ``--drop-every`` never
+reaches the router, though the publisher keeps it for replay), and two children's
+replay sockets answer slowly through :func:`slow_replay_link` (a native worker's within
+the router's replay timeout, a vLLM worker's past it one time in four). Every
+``--kill-every`` seconds one child is killed with SIGKILL and started again on the same
+ports (its numbering from 0). Four threads dispatch and finish meanwhile.
 
 At the end the children go quiet, each publishes one last batch, and the bench checks:
 the event thread alive and never dead; every worker's view equal to its cache, or
 flagged stale (a vLLM worker that lost records keeps no snapshot) and, for a native
 worker, rebuilt within 2 s of its last batch; no holds or load left; RSS within 5 %
-of the RSS after the warm-up. Prints a table and writes ``--json`` (strict JSON)::
+of the RSS after the warm-up (a quarter of the run, at most 60 s; RSS is sampled every
+30 s). Prints a table and writes ``--json`` (strict JSON)::
 
     python bench/chaos.py --seconds 600 --json /tmp/chaos.json
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import heapq
 import json
 import multiprocessing as mp
 import os
@@ -36,6 +42,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 PAGE = 4
+REPLAY_TIMEOUT = 0.5
+#: Per slow replay link: the range of its delays (seconds), and the share past the
+#: router's replay timeout. The native worker's stays within it (its view must be
+#: rebuilt within 2 s at the end); the vLLM worker's times out one time in four.
+SLOW = {"native": ((0.1, 0.4), 0.0), "vllm": ((0.1, 0.4), 0.25)}
 
 
 def _rss_kib() -> int:
@@ -47,8 +58,92 @@ def _rss_kib() -> int:
 
 
 # -- the children ----------------------------------------------------------------------------
-def publisher(name: str, codec: str, live: str, replay: str, seed: int, conn: Connection) -> None:
-    """One worker: insert, publish, garble 1 in 1,000, pause now and then; obey ``conn``."""
+def lossy_link(inner: str, outer: str, drop_every: int, seed: int, stop: threading.Event,
+               counts: dict[str, int]) -> None:
+    """Forward every live batch from the publisher's ``inner`` endpoint to ``outer`` (the
+    one the router subscribes to), dropping one in ``drop_every`` at random: a batch
+    lost in the network, which the publisher still keeps for replay."""
+    import zmq
+
+    rng = random.Random(seed)
+    ctx = zmq.Context.instance()
+    sub, pub = ctx.socket(zmq.SUB), ctx.socket(zmq.PUB)
+    try:
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(inner)
+        pub.bind(outer)
+        while not stop.is_set():
+            if not sub.poll(50):
+                continue
+            frames = sub.recv_multipart()
+            if drop_every and rng.randrange(drop_every) == 0:
+                counts["dropped"] += 1
+                continue
+            pub.send_multipart(frames)
+    finally:
+        sub.close(linger=0)
+        pub.close(linger=0)
+
+
+def slow_replay_link(inner: str, outer: str, delays: tuple[float, float], late: float,
+                     seed: int, stop: threading.Event, counts: dict[str, int]) -> None:
+    """A replay endpoint that answers slowly: each request (replay or snapshot) reaching
+    ``outer`` waits a random delay in ``delays`` (or, with probability ``late``, past
+    the router's replay timeout) before it goes on to the publisher's ``inner`` replay
+    socket through a DEALER of its own, whose replies are handed back as they come."""
+    import zmq
+
+    rng = random.Random(seed)
+    ctx = zmq.Context.instance()
+    front = ctx.socket(zmq.ROUTER)
+    waiting: list[tuple[float, int, bytes, list[bytes]]] = []  # (due, order, client, frames)
+    open_: dict[Any, tuple[bytes, float]] = {}  # DEALER -> (client, opened)
+    poller = zmq.Poller()
+    order = 0
+    try:
+        front.bind(outer)
+        poller.register(front, zmq.POLLIN)
+        while not stop.is_set():
+            now = time.monotonic()
+            wait = min([50.0] + [max(0.0, (w[0] - now) * 1000) for w in waiting[:1]])
+            for sock, _ in poller.poll(wait):
+                if sock is front:
+                    client, *frames = front.recv_multipart()
+                    low, high = delays
+                    delay = rng.uniform(low, high)
+                    if rng.random() < late:
+                        delay = rng.uniform(REPLAY_TIMEOUT + 0.1, 2 * REPLAY_TIMEOUT + 0.5)
+                    order += 1
+                    heapq.heappush(waiting, (time.monotonic() + delay, order, client, frames))
+                    counts["slowed"] += 1
+                else:
+                    front.send_multipart([open_[sock][0], *sock.recv_multipart()])
+            while waiting and waiting[0][0] <= time.monotonic():
+                _, _, client, frames = heapq.heappop(waiting)
+                dealer = ctx.socket(zmq.DEALER)
+                dealer.setsockopt(zmq.LINGER, 0)
+                dealer.connect(inner)
+                dealer.send_multipart(frames)
+                poller.register(dealer, zmq.POLLIN)
+                open_[dealer] = (client, time.monotonic())
+            for dealer, (_, opened) in list(open_.items()):
+                if time.monotonic() - opened > 10.0:  # its client gave up long ago
+                    poller.unregister(dealer)
+                    dealer.close(linger=0)
+                    del open_[dealer]
+    finally:
+        for dealer in open_:
+            dealer.close(linger=0)
+        front.close(linger=0)
+
+
+def publisher(name: str, codec: str, live: str, replay: str, inner: tuple[str, str],
+              drop_every: int, slow: bool, seed: int, conn: Connection) -> None:
+    """One worker: insert, publish, garble 1 in 1,000, pause now and then; obey ``conn``.
+
+    It publishes on the ``inner`` endpoints; a lossy link forwards its live stream to
+    ``live``, and its replay socket is ``replay`` itself or, when ``slow``, behind a
+    slow replay link there."""
     from radixmeta import EventLog, RadixCache
     from radixmeta.events.ingest import engine_batch
     from radixmeta.publishing import LogPublisher
@@ -59,11 +154,27 @@ def publisher(name: str, codec: str, live: str, replay: str, seed: int, conn: Co
     rng = random.Random(seed)
     log = EventLog(worker=name, form="path" if codec == "native" else "blocks")
     cache = RadixCache(PAGE, capacity=4096, event_log=log)
+    inner_live, inner_replay = inner
+    own_replay = inner_replay if slow else replay
     if codec == "native":
-        native_pub = LogPublisher(cache, live, replay_endpoint=replay, bind=True, buffer_steps=64)
+        native_pub = LogPublisher(
+            cache, inner_live, replay_endpoint=own_replay, bind=True, buffer_steps=64
+        )
         pub = native_pub.publisher
     else:
-        pub = ZmqPublisher(live, replay_endpoint=replay, bind=True, buffer_steps=64)
+        pub = ZmqPublisher(inner_live, replay_endpoint=own_replay, bind=True, buffer_steps=64)
+    stop = threading.Event()
+    counts = {"dropped": 0, "slowed": 0}
+    links = [threading.Thread(target=lossy_link,
+                              args=(inner_live, live, drop_every, seed, stop, counts))]
+    if slow:
+        delays, late = SLOW[codec]
+        links.append(threading.Thread(
+            target=slow_replay_link,
+            args=(inner_replay, replay, delays, late, seed + 1, stop, counts),
+        ))
+    for link in links:
+        link.start()
     seen = -1
     busy, batches = True, 0
     conn.send("ready")
@@ -77,6 +188,9 @@ def publisher(name: str, codec: str, live: str, replay: str, seed: int, conn: Co
                 busy = False
             elif command == "dump":
                 conn.send((cache.total_size, [k.tolist() for k, _ in cache.items()]))
+                continue
+            elif command == "counts":
+                conn.send(dict(counts))
                 continue
             elif command == "exit":
                 break
@@ -99,21 +213,27 @@ def publisher(name: str, codec: str, live: str, replay: str, seed: int, conn: Co
             if records:
                 seen = records[-1].seq
                 pub.publish(vllm.encode_batch(engine_batch(list(records), block_size=PAGE)))
+    stop.set()
+    for link in links:
+        link.join(5)
     (native_pub if codec == "native" else pub).close()
 
 
 class Child:
-    def __init__(self, ctx: Any, name: str, codec: str, live: str, replay: str) -> None:
+    def __init__(self, ctx: Any, name: str, codec: str, live: str, replay: str,
+                 inner: tuple[str, str], drop_every: int, slow: bool) -> None:
         self.ctx, self.name, self.codec, self.live, self.replay = ctx, name, codec, live, replay
+        self.inner, self.drop_every, self.slow = inner, drop_every, slow
         self.starts = 0
+        self.counts = {"dropped": 0, "slowed": 0}  # of the runs before the current one
         self.start()
 
     def start(self) -> None:
         self.conn, theirs = self.ctx.Pipe()
         self.proc = self.ctx.Process(
             target=publisher,
-            args=(self.name, self.codec, self.live, self.replay, hash((self.name, self.starts)),
-                  theirs),
+            args=(self.name, self.codec, self.live, self.replay, self.inner, self.drop_every,
+                  self.slow, hash((self.name, self.starts)), theirs),
             daemon=True,
         )
         self.proc.start()
@@ -128,7 +248,7 @@ class Child:
 
     def ask(self, command: str) -> Any:
         self.conn.send(command)
-        return self.conn.recv() if command == "dump" else None
+        return self.conn.recv() if command in ("dump", "counts") else None
 
     def close(self) -> None:
         if self.proc.is_alive():
@@ -140,7 +260,8 @@ class Child:
 
 
 # -- the run ---------------------------------------------------------------------------------
-def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str, Any]:
+def run(seconds: float, kill_every: float, workers: int, seed: int,
+        drop_every: int = 300) -> dict[str, Any]:
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     sys.path[:0] = [root, os.path.join(root, "tests")]
     from _ports import free_port_block
@@ -151,6 +272,10 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
     rng = random.Random(seed)
     ctx = mp.get_context("spawn")
     base, replay_base, dead = free_port_block(workers), free_port_block(workers), free_port_block(1)
+    inner_base, inner_replay_base = free_port_block(workers), free_port_block(workers)
+    # The two slow replay links: the first native worker after w0, and a vLLM worker
+    # other than the last (whose replay endpoint is the dead port).
+    slow = {2 % workers, max(1, workers - 3)}
     children: list[Child] = []
     router = Router(PAGE, policy="longest_prefix", probe_interval=0.5)
     stop = threading.Event()
@@ -159,7 +284,12 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
         for i in range(workers):
             codec = "native" if i % 2 == 0 else "vllm"
             live, replay = f"tcp://127.0.0.1:{base + i}", f"tcp://127.0.0.1:{replay_base + i}"
-            children.append(Child(ctx, f"w{i}", codec, live, replay))
+            inner = (
+                f"tcp://127.0.0.1:{inner_base + i}", f"tcp://127.0.0.1:{inner_replay_base + i}"
+            )
+            children.append(
+                Child(ctx, f"w{i}", codec, live, replay, inner, drop_every, i in slow)
+            )
         for codec in ("native", "vllm"):
             endpoints = []
             for i, c in enumerate(children):
@@ -168,7 +298,7 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
                 # The last vLLM worker's replay endpoint is a port nothing listens on.
                 replay = f"tcp://127.0.0.1:{dead}" if i == workers - 1 else c.replay
                 endpoints.append(WorkerEndpoint(c.name, c.live, replay))
-            router.subscribe(endpoints, codec=codec, replay_timeout=0.5)
+            router.subscribe(endpoints, codec=codec, replay_timeout=REPLAY_TIMEOUT)
         router.start(interval=0.002)
 
         def dispatcher(k: int) -> None:
@@ -184,21 +314,30 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
         for t in threads:
             t.start()
         started = time.monotonic()
-        warm = min(10.0, seconds / 4)
+        # RSS climbs for about the first minute (50.2 MB at 10 s, 53.7 at 70 s in a 300 s
+        # run: the trees' pools and the allocator reaching the fleet's working set), then
+        # creeps by about 1 MB in 200 s: the flatness check starts after that ramp.
+        warm = min(60.0, seconds / 4)
         time.sleep(warm)
         rss_start = _rss_kib()
+        rss_series = [(round(time.monotonic() - started, 1), rss_start)]  # its shape: a leak?
         kills = 0
         next_kill = time.monotonic() + kill_every
         while time.monotonic() - started < seconds:
             time.sleep(0.2)
             if time.monotonic() >= next_kill:
                 victim = rng.choice(children)
+                with contextlib.suppress(OSError, EOFError):  # what its run did so far
+                    for key, value in victim.ask("counts").items():
+                        victim.counts[key] += value
                 victim.kill()
                 victim.start()
                 kills += 1
                 next_kill = time.monotonic() + kill_every
             thread = router.health()["thread"]
             assert thread["state"] != "dead", thread
+            if time.monotonic() - started - rss_series[-1][0] >= 30.0:
+                rss_series.append((round(time.monotonic() - started, 1), _rss_kib()))
         stop.set()
         for t in threads:
             t.join(5)
@@ -214,6 +353,8 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
         truth: dict[str, tuple[int, list[list[int]]]] = {}
         for c in children:
             truth[c.name] = c.ask("dump")
+            for key, value in c.ask("counts").items():
+                c.counts[key] += value
         while pending and time.monotonic() < deadline:
             for name in list(pending):
                 if _view_equals(router, name, *truth[name]):
@@ -227,17 +368,18 @@ def run(seconds: float, kill_every: float, workers: int, seed: int) -> dict[str,
                 "worker": c.name, "codec": c.codec, "starts": c.starts, "equal": equal,
                 "stale": health[c.name]["stale"], "restarts": stats.restarts,
                 "gaps": stats.gaps, "resyncs": stats.resyncs, "malformed": stats.malformed,
-                "applied": stats.applied,
+                "applied": stats.applied, "dropped": c.counts["dropped"],
+                "slowed": c.counts["slowed"], "slow_replay": c.slow,
             })
         metrics = router.metrics()
         rss_end = _rss_kib()
         thread = router.health()["thread"]
         return {
-            "seconds": seconds, "workers": workers, "kills": kills,
+            "seconds": seconds, "workers": workers, "kills": kills, "drop_every": drop_every,
             "dispatched": dispatched[0], "thread": thread, "rows": rows,
             "in_flight": metrics["in_flight"], "holds": metrics["tree"]["holds"],
             "load": sum(w["requests"] for w in metrics["workers"]),
-            "rss_kib": [rss_start, rss_end],
+            "rss_kib": [rss_start, rss_end], "rss_series": rss_series,
             "ok": bool(
                 thread["alive"]
                 and all(r["equal"] or (r["stale"] and r["codec"] == "vllm") for r in rows)
@@ -265,18 +407,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--drop-every", type=int, default=300,
+                        help="one live batch in N is lost on its way (0: none)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    result = run(args.seconds, args.kill_every, args.workers, args.seed)
+    result = run(args.seconds, args.kill_every, args.workers, args.seed, args.drop_every)
     print(f"chaos: {result['seconds']:g} s, {result['workers']} workers, {result['kills']} "
           f"kills, {result['dispatched']} dispatches, thread {result['thread']['state']} "
           f"({result['thread']['errors']} errors)")
-    header = ("worker", "codec", "starts", "equal", "stale", "restarts", "gaps", "resyncs",
-              "malformed", "applied")
-    print(" ".join(f"{h:>9}" for h in header))
+    # (column, key, width): 80 columns at most; "slow" marks a slow replay link.
+    columns = (("worker", "worker", 6), ("codec", "codec", 6), ("starts", "starts", 6),
+               ("equal", "equal", 6), ("stale", "stale", 6), ("restart", "restarts", 7),
+               ("gaps", "gaps", 5), ("resync", "resyncs", 6), ("bad", "malformed", 4),
+               ("applied", "applied", 8), ("drops", "dropped", 6), ("slow", "slowed", 5))
+    print(" ".join(f"{h:>{w}}" for h, _, w in columns))
     for r in result["rows"]:
-        print(" ".join(f"{r[h]!s:>9}" for h in header))
+        cells = {**r, "slowed": r["slowed"] if r["slow_replay"] else "-"}
+        print(" ".join(f"{cells[k]!s:>{w}}" for _, k, w in columns))
     rss = result["rss_kib"]
+    series = result["rss_series"]
+    step = max(1, len(series) // 10)  # at most about ten samples on one line each
+    print("RSS (s: KiB): " + ", ".join(f"{t:g}: {kib}" for t, kib in series[::step]))
     print(f"in flight {result['in_flight']}, holds {result['holds']}, load {result['load']}; "
           f"RSS {rss[0]} -> {rss[1]} KiB ({100 * (rss[1] - rss[0]) / rss[0]:+.1f} %); "
           f"ok: {result['ok']}")

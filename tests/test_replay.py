@@ -395,3 +395,54 @@ def test_records_a_snapshot_already_holds_are_duplicates_not_restarts() -> None:
     stats = replayer.replay()
     assert (stats.gaps, stats.resyncs, stats.restarts) == (1, 1, 0)
     assert tree.held_tokens(w) == cache.total_size
+
+
+def test_a_restart_300_batches_after_a_snapshot_resync_is_applied() -> None:
+    """The window a snapshot covers hides only the duplicates of that snapshot: once the
+    stream has passed it, a restart's stream from seq 0 is a restart (issue 18: 0 of 20
+    new batches were applied, 300 batches after a late joiner's resync)."""
+    log = EventLog(worker="w0", capacity=8)
+    cache = RadixCache(4, capacity=64, event_log=log)
+    tree = MetaTree(4)
+    w = tree.add_worker("w0")
+    replayer = Replayer(tree, source=LogSource({("w0", 0): cache}), restart_window=16)
+    rng = random.Random(18)
+
+    def batch(into: RadixCache) -> None:
+        into.insert([rng.randrange(3) for _ in range(rng.randrange(4, 24))])
+        if rng.random() < 0.2:
+            into.evict(rng.randrange(4, 16))
+
+    for _ in range(40):
+        batch(cache)
+    # A late joiner: its first record is far past seq 0, which the log no longer holds,
+    # so the replayer resyncs from the snapshot, which covers seqs 0 to its stamp.
+    replayer.submit(log.read()[-1:])
+    stats = replayer.replay()
+    assert (stats.resyncs, stats.stale, stats.restarts) == (1, 0, 0)
+    assert tree.held_tokens(w) == cache.total_size
+    for _ in range(300):  # live, one batch at a time: each passes the covered window
+        seen = log.read()[-1].seq
+        batch(cache)
+        replayer.submit(log.read(after=seen))
+        replayer.replay()
+    assert replayer.stats.restarts == 0 and tree.held_tokens(w) == cache.total_size
+    # The worker restarts: a new cache and log, seqs from 0 again, and no transport
+    # event says so. Every one of its 20 batches is applied.
+    log = EventLog(worker="w0", capacity=8)
+    cache = RadixCache(4, capacity=64, event_log=log)
+    replayer.source = LogSource({("w0", 0): cache})
+    applied = replayer.stats.applied
+    published = 0
+    for _ in range(20):
+        seen = log.read()[-1].seq if log.read() else None
+        batch(cache)
+        new = log.read(after=seen)
+        published += len(new)
+        replayer.submit(new)
+        replayer.replay()
+        assert tree.held_tokens(w) == cache.total_size
+    stats = replayer.stats
+    assert stats.restarts == 1 and stats.applied - applied == published
+    for key, _ in cache.items():
+        assert tree.match(key).length_of(w) == len(key)

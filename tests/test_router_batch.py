@@ -8,6 +8,7 @@ workers load allows.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -306,6 +307,44 @@ def test_a_batch_whose_policy_fails_changes_nothing() -> None:
     for w in workers:
         assert router.load(w).requests == 0 and router.load(w).prefill_tokens == 0
 
+
+
+class SeesCollector:
+    """Records whether the garbage collector was enabled at each choice, and may fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.enabled: list[bool] = []
+        self.fail = fail
+
+    def choose(self, request: Any, view: Any) -> Any:
+        self.enabled.append(gc.isenabled())
+        if self.fail:
+            msg = "policy failure"
+            raise RuntimeError(msg)
+        return view.workers[0]
+
+
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_batch_pauses_the_garbage_collector_and_leaves_it_as_it_was(
+    enabled: bool, fail: bool
+) -> None:
+    # A large batch's objects are not garbage; walking them was half its time.
+    policy = SeesCollector(fail)
+    router = Router(4, policy=policy)
+    router.add_worker("w0")
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        if fail:
+            with pytest.raises(RuntimeError, match="policy failure"):
+                router.dispatch_batch([prompt(0, 0), prompt(1, 0)])
+        else:
+            assert len(router.dispatch_batch([prompt(0, 0), prompt(1, 0)])) == 2
+        assert policy.enabled and not any(policy.enabled)  # paused while deciding
+        assert gc.isenabled() is enabled  # and as it was afterwards, raise or not
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 @given(batch=batches(), ratio=st.sampled_from([0.0, 0.25, 0.5, 1.0]))
