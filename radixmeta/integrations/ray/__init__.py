@@ -5,7 +5,7 @@ Name it in a deployment's ``request_router_config`` (Ray Serve >= 2.47)::
     from ray.serve.config import RequestRouterConfig
 
     RequestRouterConfig(
-        request_router_class="radixmeta.integrations.ray:RadixMetaRequestRouter",
+        request_router_class="radixmeta.integrations.ray.router:RadixMetaRequestRouter",
         request_router_kwargs={"mode": "approximate", "page_size": 16},
     )
 

@@ -47,6 +47,7 @@ from radixmeta.errors import (
 from radixmeta.events.subscription import WorkerEndpoint
 from radixmeta.gateway.tokenize import Tokenizer, load_tokenizer
 from radixmeta.integrations.ray import _live
+from radixmeta.integrations.ray.feed import FeedThread
 from radixmeta.integrations.ray.loads import ServeView
 from radixmeta.integrations.ray.prompts import body_of, prompt_of_request
 from radixmeta.policies import create
@@ -82,7 +83,7 @@ class RadixMetaRequestRouter(RequestRouter):
     Name it in a deployment's ``request_router_config``::
 
         RequestRouterConfig(
-            request_router_class="radixmeta.integrations.ray:RadixMetaRequestRouter",
+            request_router_class="radixmeta.integrations.ray.router:RadixMetaRequestRouter",
             request_router_kwargs={"page_size": 16, "capacity": 200_000},
         )
 
@@ -169,8 +170,10 @@ class RadixMetaRequestRouter(RequestRouter):
         self._reported: dict[ReplicaID, int] = {}
         self._open: dict[str, Any] = {}  # Ray's internal request id -> its Decision
         self._sent_to: dict[str, ReplicaID] = {}  # ... -> the replica that accepted it
+        # Exact mode: one thread owns every event socket after its subscription is made.
+        self._feed_thread: FeedThread | None = None
         if mode == "exact":
-            self.router.start(replay_interval)
+            self._feed_thread = FeedThread(self.router, replay_interval)
         _live.add(self)
 
     @classmethod
@@ -235,21 +238,23 @@ class RadixMetaRequestRouter(RequestRouter):
                 spec.get("replay"),
                 int(spec.get("dp_size", 1)),
             )
-            self.router.subscribe([endpoint], codec=codec)
+            subscription = self.router.subscribe([endpoint], codec=codec)
         except (RadixMetaError, KeyError, TypeError, ValueError) as exc:
             self.counts["bad_stats"] += 1
             logger.warning("replica %s: unusable %s (%s)", worker.name, EVENTS_STAT, exc)
             return
         self._feeds[replica_id] = (endpoint.endpoint, endpoint.replay, codec)
         self.counts["subscribed"] += 1
+        if self._feed_thread is not None:
+            self._feed_thread.follow(worker, subscription)
 
     def _forget(self, replica_id: ReplicaID) -> None:
         """A replica left the deployment: drop its worker, its feed and its requests."""
         worker = self._workers.pop(replica_id)
         del self._replica_of[worker]
         self._reported.pop(replica_id, None)
-        if self._feeds.pop(replica_id, None) is not None:
-            self.router.unsubscribe(worker)
+        if self._feeds.pop(replica_id, None) is not None and self._feed_thread is not None:
+            self._feed_thread.drop(worker)  # closed by the thread that uses its sockets
         for request in [k for k, d in self._open.items() if d.worker is worker]:
             del self._open[request]
             self._sent_to.pop(request, None)
