@@ -17,6 +17,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.timeout(180),
+    pytest.mark.processes,
     # The chaos run tests the event path (threads, sockets, processes), not the tree
     # implementation: the reference stage of .ci/run would spend another 60 s on the same
     # transport code, on trees the state-machine tests already compare with the native ones.

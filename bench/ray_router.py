@@ -1,0 +1,489 @@
+"""Ray Serve request routers side by side on the same stand-in deployment and client load.
+
+One local Ray (``ray.init(num_cpus=2)``, no dashboard, no HTTP proxy: the client calls
+a ``DeploymentHandle``, whose router lives in this process). Every cell deploys a fresh
+application of ``radixmeta.integrations.ray.StandinReplica`` (a real ``RadixCache`` per
+replica, prefills one at a time with :mod:`radixmeta.policies.costs`' prefill time of
+the uncached tokens) at 4 and 8 replicas under one router:
+
+``ray``             Ray's ``PrefixCacheAffinityRouter`` with its defaults
+                    (``imbalanced_threshold=inf``, ``match_rate_threshold=0.1``)
+``ray-tuned``       the same with ``--tuned-imbalance`` / ``--tuned-match``
+``pow2``            Ray Serve's default power-of-two-choices router
+``radixmeta``       ``RadixMetaRequestRouter``, approximate mode (its default)
+``radixmeta-exact`` ``RadixMetaRequestRouter``, exact mode (the replicas publish
+                    their KV events on 127.0.0.1)
+
+and the same closed-loop client (``--concurrency`` requests in flight, ``--requests``
+per cell, in workload order) on three workloads:
+
+``gsp``       generated shared-prefix groups (``radixmeta.sim.workloads.gsp``), each
+              token id one printable character, so a prompt's characters (what Ray's
+              router matches) are its bytes (what the stand-ins and radixmeta match)
+``mooncake``  the first ``--requests`` requests of the Mooncake conversation trace, each
+              512-token hash block ``--block-chars`` characters (so prompts are
+              512 / block-chars times shorter than the trace's)
+``evict``     ``gsp`` again, on replicas that cache only ``--evict-capacity`` tokens:
+              an approximate tree that never forgets drifts from the caches
+
+Measured per cell: the replicas' real hit rate (cached / prompt tokens, as each
+replica's ``RadixCache`` found them), the stand-in latency p50 / p99 (queue wait for the
+prefill slot plus the prefill, as each replica timed it), the client's end-to-end
+latency (JSON only) and the routing cost per request inside Serve (wall time in
+``choose_replicas`` plus ``on_request_routed``, measured by a thin subclass of each
+router). The machine is shared and small: compare routers within one run.
+
+    python bench/ray_router.py --requests 300 --json-out ray_router.json
+    python bench/ray_router.py --replicas 4 --workloads gsp --routers ray,radixmeta
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (  # noqa: E402
+    PrefixCacheAffinityRouter,
+)
+from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter  # noqa: E402
+from ray.serve.config import RequestRouterConfig  # noqa: E402
+
+from radixmeta.cache import RadixCache  # noqa: E402
+from radixmeta.integrations.ray import RadixMetaRequestRouter, StandinReplica  # noqa: E402
+from radixmeta.sim.workloads import gsp  # noqa: E402
+
+TRACE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
+ROUTERS = ("ray", "ray-tuned", "pow2", "radixmeta", "radixmeta-exact")
+WORKLOADS = ("gsp", "mooncake", "evict")
+FIRST_CHAR = 33  # token id t of a gsp prompt is the character chr(33 + t): '!' .. '~'
+VOCAB = 94
+
+
+# -- routers, timed ---------------------------------------------------------------------------
+# Each router is a thin subclass that times its two per-request hooks. Ray Serve ships the
+# class by value to the handle's process (this one), so the instances are found by gc.
+class _Timing:
+    """Wall seconds in ``choose_replicas`` and ``on_request_routed``, per call."""
+
+    bench_timed = True
+
+    def _bench_record(self, hook: str, seconds: float) -> None:
+        store = self.__dict__.setdefault("bench_seconds", {"choose": [], "routed": []})
+        store[hook].append(seconds)
+
+
+class TimedPrefixAffinity(_Timing, PrefixCacheAffinityRouter):
+    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return await super().choose_replicas(candidate_replicas, pending_request)
+        finally:
+            self._bench_record("choose", time.perf_counter() - start)
+
+    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return super().on_request_routed(pending_request, replica_id, result)
+        finally:
+            self._bench_record("routed", time.perf_counter() - start)
+
+
+class TimedPowerOfTwo(_Timing, PowerOfTwoChoicesRequestRouter):
+    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return await super().choose_replicas(candidate_replicas, pending_request)
+        finally:
+            self._bench_record("choose", time.perf_counter() - start)
+
+    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return super().on_request_routed(pending_request, replica_id, result)
+        finally:
+            self._bench_record("routed", time.perf_counter() - start)
+
+
+class TimedRadixMeta(_Timing, RadixMetaRequestRouter):
+    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return await super().choose_replicas(candidate_replicas, pending_request)
+        finally:
+            self._bench_record("choose", time.perf_counter() - start)
+
+    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return super().on_request_routed(pending_request, replica_id, result)
+        finally:
+            self._bench_record("routed", time.perf_counter() - start)
+
+
+def router_config(name: str, args: argparse.Namespace) -> RequestRouterConfig:
+    """The ``request_router_config`` of one router column."""
+    if name == "ray":
+        cls: type = TimedPrefixAffinity
+        kwargs: dict[str, Any] = {}
+    elif name == "ray-tuned":
+        cls = TimedPrefixAffinity
+        kwargs = {
+            "imbalanced_threshold": args.tuned_imbalance,
+            "match_rate_threshold": args.tuned_match,
+        }
+    elif name == "pow2":
+        cls, kwargs = TimedPowerOfTwo, {}
+    elif name in ("radixmeta", "radixmeta-exact"):
+        cls = TimedRadixMeta
+        kwargs = {
+            "page_size": args.page_size,
+            "mode": "exact" if name == "radixmeta-exact" else "approximate",
+        }
+    else:
+        msg = f"unknown router {name!r} (one of {', '.join(ROUTERS)})"
+        raise SystemExit(msg)
+    return RequestRouterConfig(
+        request_router_class=cls,
+        request_router_kwargs=kwargs,
+        request_routing_stats_period_s=0.5,
+    )
+
+
+def routers_of(app: str) -> list[Any]:
+    """The timed router instances of application ``app`` in this process."""
+    found = []
+    for obj in gc.get_objects():
+        if getattr(type(obj), "bench_timed", False) is True:
+            deployment = getattr(obj, "_deployment_id", None)
+            if deployment is not None and deployment.app_name == app:
+                found.append(obj)
+    return found
+
+
+# -- workloads --------------------------------------------------------------------------------
+@dataclass
+class PromptRequest:
+    """What the client sends: an object with a ``prompt`` attribute, as Ray Serve LLM's
+    ingress hands its LLM servers (Ray's router reads only attributes; radixmeta's and
+    the stand-in read attributes or mappings)."""
+
+    prompt: str
+
+
+def gsp_prompts(args: argparse.Namespace) -> list[str]:
+    per_group = math.ceil(args.requests / args.gsp_groups)
+    w = gsp(
+        num_groups=args.gsp_groups,
+        prompts_per_group=per_group,
+        system_prompt_len=args.gsp_system,
+        question_len=args.gsp_question,
+        vocab_size=VOCAB,
+        seed=args.seed,
+    )
+    return [
+        (np.asarray(r.tokens, dtype=np.int64) + FIRST_CHAR).astype(np.uint8).tobytes().decode()
+        for r in list(w)[: args.requests]
+    ]
+
+
+def block_text(hash_id: int, chars: int) -> str:
+    """A hash block's text: printable characters drawn from a generator seeded by its id."""
+    codes = np.random.default_rng(hash_id).integers(FIRST_CHAR, FIRST_CHAR + VOCAB, chars)
+    return codes.astype(np.uint8).tobytes().decode()
+
+
+def mooncake_prompts(args: argparse.Namespace) -> list[str]:
+    path = Path(args.mooncake)
+    if not path.exists():
+        msg = f"the Mooncake trace is not at {path} (pass --mooncake PATH)"
+        raise FileNotFoundError(msg)
+    prompts = []
+    with path.open() as f:
+        for line in f:
+            if len(prompts) >= args.requests:
+                break
+            row = json.loads(line)
+            text = "".join(block_text(h, args.block_chars) for h in row["hash_ids"])
+            # The last block is partial: cut the text as the trace cuts the tokens.
+            prompts.append(text[: max(1, row["input_length"] * args.block_chars // 512)])
+    return prompts
+
+
+def one_cache_hit_rate(prompts: list[str], page_size: int, capacity: int | None) -> float:
+    """The hit rate of one cache that sees every prompt in order (all affinity, no spread)."""
+    cache = RadixCache(page_size, capacity=capacity)
+    cached = total = 0
+    for p in prompts:
+        tokens = np.frombuffer(p.encode(), dtype=np.uint8).astype(np.uint32)
+        cached += cache.match_prefix(tokens, values=False).length
+        total += len(tokens)
+        cache.insert(tokens)
+    return cached / total if total else 0.0
+
+
+# -- one cell ---------------------------------------------------------------------------------
+def quantile(values: list[float], q: float) -> float | None:
+    return float(np.quantile(values, q)) if values else None
+
+
+async def drive(handle: Any, prompts: list[str], concurrency: int) -> list[dict[str, Any]]:
+    """Send every prompt, ``concurrency`` in flight, in order; each answer with its
+    client-side seconds."""
+    queue = list(enumerate(prompts))
+    queue.reverse()
+    answers: list[dict[str, Any]] = [{} for _ in prompts]
+
+    async def client() -> None:
+        while queue:
+            index, prompt = queue.pop()
+            start = time.perf_counter()
+            answer = await handle.remote(PromptRequest(prompt))
+            answer["client_seconds"] = time.perf_counter() - start
+            answers[index] = answer
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return answers
+
+
+def kill_tree_actor(app: str) -> None:
+    """Ray's prefix tree actor of ``app`` (detached; serve.shutdown would clean it up)."""
+    try:
+        actor = ray.get_actor("LlmPrefixTreeActor", namespace=f"serve::{app}::standin")
+    except ValueError:
+        return
+    ray.kill(actor)
+
+
+def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
+             args: argparse.Namespace) -> dict[str, Any]:
+    app = f"{workload}-{replicas}-{router}"
+    capacity = args.evict_capacity if workload == "evict" else args.capacity
+    exact = router == "radixmeta-exact"
+    deployment = serve.deployment(
+        StandinReplica,
+        name="standin",
+        num_replicas=replicas,
+        max_ongoing_requests=args.max_ongoing,
+        ray_actor_options={"num_cpus": 0},
+        request_router_config=router_config(router, args),
+    )
+    cell: dict[str, Any] = {"workload": workload, "replicas": replicas, "router": router,
+                            "capacity": capacity, "requests": len(prompts)}
+    started = time.perf_counter()
+    try:
+        handle = serve.run(
+            deployment.bind(page_size=args.page_size, capacity=capacity, events=exact,
+                            time_scale=args.time_scale),
+            name=app, route_prefix=None,
+        )
+        # One tiny request builds the router here; exact mode then waits for its feeds.
+        handle.remote(PromptRequest("warm")).result(timeout_s=60)
+        if exact:
+            deadline = time.monotonic() + 60
+            while True:
+                routers = routers_of(app)
+                if routers and routers[0].counts["subscribed"] >= replicas:
+                    break
+                if time.monotonic() > deadline:
+                    msg = "exact mode: the event feeds never all subscribed"
+                    raise TimeoutError(msg)
+                time.sleep(0.1)
+        for r in routers_of(app):  # forget the warm-up's timings
+            r.__dict__.pop("bench_seconds", None)
+        cell["deploy_seconds"] = time.perf_counter() - started
+        t0 = time.perf_counter()
+        answers = asyncio.run(asyncio.wait_for(
+            drive(handle, prompts, args.concurrency), timeout=args.cell_timeout))
+        cell["run_seconds"] = time.perf_counter() - t0
+        routers = routers_of(app)
+        choose = [s for r in routers for s in r.__dict__.get("bench_seconds", {}).get("choose", [])]
+        routed = [s for r in routers for s in r.__dict__.get("bench_seconds", {}).get("routed", [])]
+        prompt_tokens = sum(a["prompt_tokens"] for a in answers)
+        cached = sum(a["cached_tokens"] for a in answers)
+        seconds = [a["seconds"] for a in answers]
+        client = [a["client_seconds"] for a in answers]
+        spread = Counter(a["replica"] for a in answers)
+        cell.update(
+            hit_rate=cached / prompt_tokens if prompt_tokens else 0.0,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            standin_p50=quantile(seconds, 0.5),
+            standin_p99=quantile(seconds, 0.99),
+            client_p50=quantile(client, 0.5),
+            client_p99=quantile(client, 0.99),
+            router_instances=len(routers),
+            choose_calls=len(choose),
+            route_seconds_per_request=(sum(choose) + sum(routed)) / len(prompts),
+            choose_p50=quantile(choose, 0.5),
+            choose_p99=quantile(choose, 0.99),
+            replicas_used=len(spread),
+            busiest_share=max(spread.values()) / len(prompts),
+        )
+        if router.startswith("radixmeta") and routers:
+            cell["router_counts"] = dict(routers[0].counts)
+    except Exception as exc:  # a failed cell is reported, and the next one runs
+        cell["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        try:
+            serve.delete(app)
+        except Exception as exc:  # the cell's figures stand
+            cell.setdefault("cleanup_error", f"{type(exc).__name__}: {exc}")
+        kill_tree_actor(app)
+    return cell
+
+
+# -- output -----------------------------------------------------------------------------------
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(cells: list[dict[str, Any]], caption: str) -> str:
+    head = (f"{'workload':<9}{'rep':>3}  {'router':<16}{'hit %':>7}{'p50 s':>8}{'p99 s':>8}"
+            f"{'route ms':>10}{'busiest %':>11}")
+    lines = [caption, "", head, "-" * len(head)]
+    for c in cells:
+        start = f"{c['workload']:<9}{c['replicas']:>3}  {c['router']:<16}"
+        if "error" in c:
+            lines.append(start + f"failed: {c['error']}"[:80 - len(start)])
+            continue
+        lines.append(
+            start
+            + f"{100 * c['hit_rate']:>7.1f}{fmt(c['standin_p50'], '.3f'):>8}"
+            + f"{fmt(c['standin_p99'], '.3f'):>8}"
+            + f"{1000 * c['route_seconds_per_request']:>10.2f}"
+            + f"{100 * c['busiest_share']:>11.0f}"
+        )
+    return "\n".join(lines)
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float as null (strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value
+
+
+def csv(kind: type, allowed: tuple[str, ...] | None = None):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> list[Any]:
+        items = [kind(x) for x in text.split(",") if x]
+        if allowed is not None:
+            bad = [x for x in items if x not in allowed]
+            if bad:
+                msg = f"unknown {bad} (choose from {', '.join(allowed)})"
+                raise argparse.ArgumentTypeError(msg)
+        return items
+    return parse
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--replicas", type=csv(int), default=[4, 8])
+    p.add_argument("--routers", type=csv(str, ROUTERS), default=list(ROUTERS))
+    p.add_argument("--workloads", type=csv(str, WORKLOADS), default=list(WORKLOADS))
+    p.add_argument("--requests", type=int, default=300, help="per cell (default 300)")
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight")
+    p.add_argument("--max-ongoing", type=int, default=64,
+                   help="each replica's max_ongoing_requests (default 64)")
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--capacity", type=int, default=200_000,
+                   help="tokens a replica caches (gsp, mooncake)")
+    p.add_argument("--evict-capacity", type=int, default=2048,
+                   help="tokens a replica caches in the evict workload (default 2048)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiplies every stand-in prefill time")
+    p.add_argument("--gsp-groups", type=int, default=16)
+    p.add_argument("--gsp-system", type=int, default=1024, help="system prompt tokens")
+    p.add_argument("--gsp-question", type=int, default=64, help="question tokens")
+    p.add_argument("--mooncake", default=str(TRACE), help="the conversation trace")
+    p.add_argument("--block-chars", type=int, default=64,
+                   help="characters per 512-token hash block (default 64)")
+    p.add_argument("--tuned-imbalance", type=float, default=4.0,
+                   help="ray-tuned's imbalanced_threshold (default 4)")
+    p.add_argument("--tuned-match", type=float, default=0.5,
+                   help="ray-tuned's match_rate_threshold (default 0.5)")
+    p.add_argument("--cell-timeout", type=float, default=300.0, help="seconds per cell")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json-out", type=Path)
+    args = p.parse_args()
+
+    builders = {"gsp": gsp_prompts, "evict": gsp_prompts, "mooncake": mooncake_prompts}
+    prompts: dict[str, list[str]] = {}
+    for w in args.workloads:
+        try:
+            prompts[w] = builders[w](args)
+        except FileNotFoundError as exc:
+            print(f"skipping {w}: {exc}", file=sys.stderr)
+    reference = {
+        w: one_cache_hit_rate(ps, args.page_size,
+                              args.evict_capacity if w == "evict" else args.capacity)
+        for w, ps in prompts.items()
+    }
+    env = {"PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    if "RADIXMETA_IMPLEMENTATION" in os.environ:
+        env["RADIXMETA_IMPLEMENTATION"] = os.environ["RADIXMETA_IMPLEMENTATION"]
+    cells: list[dict[str, Any]] = []
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False, runtime_env={"env_vars": env})
+    try:
+        serve.start(proxy_location="Disabled")
+        for w, ps in prompts.items():
+            for n in args.replicas:
+                for r in args.routers:
+                    cell = run_cell(w, ps, n, r, args)
+                    cells.append(cell)
+                    print(table([cell], "").strip().splitlines()[-1], file=sys.stderr,
+                          flush=True)
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+    load = os.getloadavg()[0]
+    caption = (
+        f"Ray Serve routers, stand-in replicas ({args.requests} requests a cell, "
+        f"{args.concurrency} in flight;\nshared 2-core VM, load {load:.1f}: reduced scale, "
+        f"compare within a run). One cache\nseeing every prompt: "
+        + ", ".join(f"{w} {100 * h:.1f} %" for w, h in reference.items())
+        + ". p50/p99: stand-in queue\n+ prefill seconds; route ms: choose_replicas + "
+        "on_request_routed per request."
+    )
+    print(table(cells, caption))
+    if args.json_out is not None:
+        doc = {
+            "bench": "ray_router",
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "load_average_1m": load, "ray": ray.__version__},
+            "settings": {k: (str(v) if isinstance(v, Path) else v)
+                         for k, v in vars(args).items()},
+            "one_cache_hit_rate": reference,
+            "cells": cells,
+        }
+        args.json_out.write_text(json.dumps(strict(doc), indent=2, allow_nan=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""A stand-in LLM replica for Ray Serve: a real RadixCache, a time model, and no model.
+
+Wrap it in a deployment (``serve.deployment(StandinReplica)``) to try request routers
+on a laptop: each replica holds its own :class:`~radixmeta.RadixCache`, serves a
+request by matching its prompt (the gateway's token rule) and inserting it, and
+answers with what it found cached. It reports its queue length, its KV capacity and,
+with ``events=True``, its KV-event streams (a :class:`~radixmeta.events.LogPublisher`
+on 127.0.0.1, live and replay sockets) in ``record_routing_stats``, under the keys
+:class:`~radixmeta.integrations.ray.RadixMetaRequestRouter` reads.
+
+Time model (the gateway's stand-in engine's): prefills run one at a time (a GPU
+computes one prefill batch at a time), each taking :mod:`radixmeta.policies.costs`'
+prefill time of the prompt's uncached tokens, times ``time_scale``; so the cache's hits
+show in the latency. A request's ``seconds`` is its wait for the prefill slot plus its
+prefill; no decode is modelled. The cache stores each prompt after its prefill and
+evicts least recently used pages past ``capacity``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from radixmeta.cache import RadixCache
+from radixmeta.events import EventLog
+from radixmeta.events.publishing import LogPublisher
+from radixmeta.gateway.tokenize import load_tokenizer
+from radixmeta.integrations.ray.prompts import body_of, prompt_of_request
+from radixmeta.integrations.ray.router import CAPACITY_STAT, EVENTS_STAT, QUEUE_STAT
+from radixmeta.policies import costs
+
+__all__ = ["StandinReplica"]
+
+_LOOPBACK = "tcp://127.0.0.1:*"  # an ephemeral port on loopback only
+
+
+def _replica_name() -> str:
+    """This replica's full id, the name routers give its worker (``"standin"`` outside Serve)."""
+    from ray import serve
+
+    try:
+        return str(serve.get_replica_context().replica_id.to_full_id_str())
+    except RuntimeError:  # not inside a Serve replica (a unit test, a script)
+        return "standin"
+
+
+class StandinReplica:
+    """One stand-in replica: its cache, time model and (optionally) event publisher.
+
+    Parameters
+    ----------
+    page_size : int, default 16
+        Its KV block size (the router's ``page_size``).
+    capacity : int, default 200000
+        Tokens its cache holds.
+    events : bool, default False
+        Publish the cache's KV events (native codec) on 127.0.0.1 and advertise them.
+    tokenizer : str, optional
+        As the router's ``tokenizer`` (the two must tokenize alike).
+    prefill_model : str
+        A :mod:`radixmeta.policies.costs` prefill model.
+    time_scale : float, default 1.0
+        Multiplies every prefill time (0: prefills take no time).
+    name : str, optional
+        Its worker name; by default the Serve replica id (``to_full_id_str()``).
+    """
+
+    def __init__(
+        self,
+        *,
+        page_size: int = 16,
+        capacity: int = 200_000,
+        events: bool = False,
+        tokenizer: str | None = None,
+        prefill_model: str = costs.DEFAULT_PREFILL,
+        time_scale: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        self.name = _replica_name() if name is None else name
+        self.page_size = page_size
+        self.capacity = capacity
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.prefill_time = costs.prefill_model(prefill_model)
+        self.time_scale = time_scale
+        self.log = EventLog(worker=self.name, capacity=1 << 20, max_tokens=1 << 26)
+        self.cache = RadixCache(page_size, capacity=capacity, event_log=self.log)
+        self.publisher = (
+            LogPublisher(self.cache, _LOOPBACK, replay_endpoint=_LOOPBACK) if events else None
+        )
+        self._prefill = asyncio.Lock()
+        self.waiting = 0
+        self.running = 0
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+
+    async def __call__(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Serve one request: wait for the prefill slot, prefill what is not cached, store it.
+
+        Returns
+        -------
+        dict
+            ``replica`` (its name), ``prompt_tokens``, ``cached_tokens``, ``seconds``
+            (queue wait plus prefill, in the time model) and ``prefill_seconds``.
+        """
+        found = body_of([body], {})
+        if found is None:
+            msg = "a stand-in request needs 'prompt', 'messages' or 'input_ids'"
+            raise ValueError(msg)
+        tokens, namespace = prompt_of_request(found, self.tokenizer)
+        arrived = time.perf_counter()
+        self.waiting += 1
+        async with self._prefill:
+            self.waiting -= 1
+            self.running += 1
+            try:
+                cached = self.cache.match_prefix(tokens, namespace=namespace, values=False).length
+                seconds = self.prefill_time(len(tokens) - cached, len(tokens)) * self.time_scale
+                if seconds > 0:
+                    await asyncio.sleep(seconds)
+                self.cache.insert(tokens, namespace=namespace)
+                if self.publisher is not None:
+                    self.publisher.flush()
+            finally:
+                self.running -= 1
+        self.requests += 1
+        self.prompt_tokens += len(tokens)
+        self.cached_tokens += cached
+        return {
+            "replica": self.name,
+            "prompt_tokens": len(tokens),
+            "cached_tokens": cached,
+            "prefill_seconds": seconds,
+            "seconds": time.perf_counter() - arrived,
+        }
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """What Ray Serve hands the routers as ``RunningReplica.routing_stats``."""
+        stats: dict[str, Any] = {
+            QUEUE_STAT: self.waiting + self.running,
+            CAPACITY_STAT: self.capacity,
+        }
+        if self.publisher is not None:
+            stats[EVENTS_STAT] = {
+                "endpoint": self.publisher.publisher.endpoint,
+                "replay": self.publisher.publisher.replay_endpoint,
+                "codec": "native",
+            }
+        return stats
+
+    def stats(self) -> dict[str, Any]:
+        """Its name and counters: requests served, prompt tokens, tokens found cached."""
+        return {
+            "replica": self.name,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "hit_rate": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+        }
+
+    def __del__(self) -> None:
+        publisher = getattr(self, "publisher", None)
+        if publisher is not None:
+            publisher.close()

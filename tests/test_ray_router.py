@@ -1,0 +1,315 @@
+"""RadixMetaRequestRouter inside a real local Ray Serve, with stand-in replicas.
+
+One local Ray (2 CPUs, no dashboard) for the module, Serve's HTTP proxy on 127.0.0.1,
+stand-in replicas that each hold a real RadixCache (and, in exact mode, publish its
+KV events over ZeroMQ on 127.0.0.1). Requests go through a DeploymentHandle (whose
+router lives in this process) and through Serve's HTTP proxy to an ingress deployment
+(whose router lives in its replica), as Ray Serve LLM's OpenAI ingress calls its
+LLM servers. Skipped when Ray Serve is not installed (``pip install 'radixmeta[ray]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+serve = pytest.importorskip(
+    "ray.serve", reason="Ray Serve is not installed: pip install 'radixmeta[ray]'"
+)
+import ray  # noqa: E402
+from ray.serve.config import RequestRouterConfig  # noqa: E402
+
+import radixmeta  # noqa: E402
+from radixmeta.integrations.ray import (  # noqa: E402
+    RadixMetaRequestRouter,
+    StandinReplica,
+)
+from tests._ports import free_port_block  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+# pytest imports this file as a top-level module the replicas cannot import: the
+# Ingress deployment below reaches them by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PAGE = 16
+ROOT = str(Path(radixmeta.__file__).resolve().parent.parent)
+
+
+def prefix(group: int) -> str:
+    """A shared system prompt of about 3,000 bytes (tokens), different per group: long
+    enough that recomputing it costs more than the default policy's fixed costs."""
+    return f"group {group}: " + "you are a careful assistant who answers briefly. " * 60
+
+
+def router_config(**kwargs: Any) -> RequestRouterConfig:
+    return RequestRouterConfig(
+        request_router_class=RadixMetaRequestRouter,
+        request_router_kwargs={"page_size": PAGE, **kwargs},
+        request_routing_stats_period_s=0.5,
+    )
+
+
+def standin(name: str, replicas: int, **router_kwargs: Any) -> Any:
+    return serve.deployment(
+        StandinReplica,
+        name=name,
+        num_replicas=replicas,
+        max_ongoing_requests=64,
+        ray_actor_options={"num_cpus": 0},
+        request_router_config=router_config(**router_kwargs),
+    )
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Ingress:
+    """A front deployment: JSON over HTTP to the stand-ins' handle (its router is here)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    async def __call__(self, request: Any) -> dict[str, Any]:
+        return await self.backend.remote(await request.json())  # type: ignore[no-any-return]
+
+    async def route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.backend.remote(body)  # type: ignore[no-any-return]
+
+    async def held(self, text: str, timeout: float = 20.0) -> dict[str, int]:
+        """Per replica, the tokens of ``text`` this replica's router sees it hold, once
+        some replica holds all its whole pages (or the timeout passes)."""
+        await self.backend.remote({"prompt": "warm up this router"})
+        tokens = list(text.encode())
+        want = len(tokens) // PAGE * PAGE
+        deadline = time.monotonic() + timeout
+        while True:
+            view = lengths_seen(RadixMetaRequestRouter.instances(), tokens)
+            if max(view.values(), default=0) >= want or time.monotonic() > deadline:
+                return view
+            await asyncio.sleep(0.05)
+
+
+def lengths_seen(routers: list[RadixMetaRequestRouter], tokens: list[int]) -> dict[str, int]:
+    """What the routers (one, in practice) see each worker hold of ``tokens``."""
+    out: dict[str, int] = {}
+    for r in routers:
+        lengths = r.router.tree.match(tokens).length_list
+        for w in r.router.workers:
+            out[w.name] = max(out.get(w.name, 0), lengths[w.index])
+    return out
+
+
+def routers_of(app: str) -> list[RadixMetaRequestRouter]:
+    return [r for r in RadixMetaRequestRouter.instances() if r.app_name == app]
+
+
+def wait_for(condition: Any, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def http_port() -> Iterator[int]:
+    port = free_port_block(1)
+    env = {"PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
+    if "RADIXMETA_IMPLEMENTATION" in os.environ:
+        env["RADIXMETA_IMPLEMENTATION"] = os.environ["RADIXMETA_IMPLEMENTATION"]
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": env},
+    )
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield port
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_shared_prefixes_go_where_they_are_cached_and_cold_load_spreads(http_port: int) -> None:
+    handle = serve.run(
+        standin("approx", 3).bind(time_scale=0.0), name="approx", route_prefix=None
+    )
+    # Three groups, each a cold first request then followers with new suffixes.
+    homes: dict[int, str] = {}
+    for group in range(3):
+        for k in range(4):
+            answer = handle.remote({"prompt": prefix(group) + f"question {k}?"}).result()
+            # A sequential client: its previous request has ended in the router too.
+            (router,) = routers_of("approx")
+            wait_for(lambda: router.router.in_flight == 0, what="the completion")  # noqa: B023
+            if k == 0:
+                homes[group] = answer["replica"]
+            else:
+                assert answer["replica"] == homes[group]
+                assert answer["cached_tokens"] >= len(prefix(group)) // PAGE * PAGE
+    (router,) = routers_of("approx")
+    assert router.counts["routed"] == 12 and router.counts["completed"] == 12
+    assert router.counts["unroutable"] == 0 and router.counts["fallbacks"] == 0
+    # Cold, distinct prompts sent at once spread over the replicas by requests in flight.
+    slow = serve.run(
+        standin("approx_load", 3).bind(time_scale=20.0), name="approx_load", route_prefix=None
+    )
+    prompts = [f"{k} a distinct prompt with nothing shared " * 8 for k in range(12)]
+
+    async def at_once() -> list[dict[str, Any]]:  # one event loop: one router instance
+        return list(await asyncio.gather(*(slow.remote({"prompt": p}) for p in prompts)))
+
+    answers = asyncio.run(at_once())
+    assert len(routers_of("approx_load")) == 1
+    spread = Counter(a["replica"] for a in answers)
+    assert len(spread) == 3 and max(spread.values()) <= 6, spread
+
+
+def test_a_replica_removed_by_a_redeploy_is_never_chosen(http_port: int) -> None:
+    app = standin("shrink", 3).bind(time_scale=0.0)
+    handle = serve.run(app, name="shrink", route_prefix=None)
+    before = {handle.remote({"prompt": prefix(9) + str(k)}).result()["replica"] for k in range(3)}
+    (router,) = routers_of("shrink")
+    wait_for(lambda: len(router.router.workers) == 3, what="three workers")
+    every = {w.name for w in router.router.workers}
+    handle = serve.run(
+        standin("shrink", 2).bind(time_scale=0.0), name="shrink", route_prefix=None
+    )
+    wait_for(lambda: len(router.router.workers) == 2, what="the removal to reach the router")
+    kept = {w.name for w in router.router.workers}
+    removed = every - kept  # one replica, or all three when the redeploy rolled them
+    assert removed
+    # Prompts that the removed replicas held, and new ones: never sent there.
+    seen = {
+        handle.remote({"prompt": prefix(g) + str(k)}).result()["replica"]
+        for g in (9, 10)
+        for k in range(8)
+    }
+    assert not removed & seen and seen <= kept
+    assert before <= every
+
+
+def test_through_serve_http_proxy_shared_prefix_sticks(http_port: int) -> None:
+    backend = standin("behind", 3).bind(time_scale=0.0)
+    serve.run(Ingress.bind(backend), name="http", route_prefix="/llm")
+
+    def post(body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{http_port}/llm",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    first = post({"messages": [{"role": "system", "content": prefix(3)},
+                               {"role": "user", "content": "hello"}]})
+    for k in range(4):
+        answer = post({"messages": [{"role": "system", "content": prefix(3)},
+                                    {"role": "user", "content": f"and then {k}"}]})
+        assert answer["replica"] == first["replica"]
+        assert answer["cached_tokens"] >= len(prefix(3)) // PAGE * PAGE
+
+
+def test_exact_mode_converges_across_two_router_instances(http_port: int) -> None:
+    backend = standin("exact_backend", 2, mode="exact").bind(time_scale=0.0, events=True)
+    ingress = serve.run(Ingress.bind(backend), name="exact", route_prefix="/exact")
+    # This process's router instance for the stand-ins, and the ingress replica's one.
+    mine = serve.get_deployment_handle("exact_backend", app_name="exact")
+    mine.remote({"prompt": "warm up"}).result()
+    (here,) = routers_of("exact")
+    wait_for(lambda: here.counts["subscribed"] == 2, what="both event feeds")
+    text = prefix(5) + "converge?"
+    served = mine.remote({"prompt": text}).result()["replica"]
+    # The ingress's router never routed this prompt: it learns it from the events only.
+    there = ingress.held.remote(text).result()
+    want = len(text) // PAGE * PAGE
+    assert there[served] == want, there
+    assert all(v == 0 for name, v in there.items() if name != served), there
+    wait_for(lambda: lengths_seen([here], list(text.encode()))[served] == want, what="events")
+    # The other instance now routes a follower to the replica that holds the prefix.
+    follower = ingress.route.remote({"prompt": prefix(5) + "and a follower"}).result()
+    assert follower["replica"] == served
+    assert follower["cached_tokens"] >= len(prefix(5)) // PAGE * PAGE
+
+
+# -- the parts, without a cluster --------------------------------------------------------
+def test_import_radixmeta_never_imports_ray() -> None:
+    import subprocess
+
+    code = "import radixmeta, radixmeta.integrations, sys; assert 'ray' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_prompts_of_bodies_and_request_objects() -> None:
+    import doctest
+
+    from radixmeta.gateway.tokenize import ByteTokenizer
+    from radixmeta.integrations.ray import body_of, prompt_of_request, prompts
+
+    failures, tried = doctest.testmod(prompts)
+    assert failures == 0 and tried > 0
+
+    class ChatRequest:  # the shape of Ray Serve LLM's request models: attributes
+        def __init__(self) -> None:
+            self.messages = [{"role": "user", "content": "hi"}]
+            self.model = "m"
+            self.temperature = 0.5
+
+    body = body_of([ChatRequest()], {})
+    assert body == {"messages": [{"role": "user", "content": "hi"}], "model": "m"}
+    tokens, namespace = prompt_of_request(body, ByteTokenizer())
+    assert bytes(tokens.astype("uint8")) == b"<|user|>\nhi\n<|assistant|>\n"
+    assert namespace is None
+    with pytest.raises(radixmeta.errors.InvalidInputError):
+        prompt_of_request({"prompt": 3}, ByteTokenizer())
+
+
+def test_serve_view_folds_ray_queue_lengths_and_rotates() -> None:
+    from radixmeta import Router
+    from radixmeta.integrations.ray.loads import ServeView
+    from radixmeta.policies import create
+
+    seen = []
+
+    class Spy:
+        def choose(self, request: Any, view: Any) -> Any:
+            seen.append(view)
+            return view.workers[0]
+
+    router = Router(4, policy=ServeView(Spy(), seed=1), mode="approximate")
+    _, b, _ = (router.add_worker(n, capacity=1000) for n in "abc")
+    router.report_load(b, queue_length=5)
+    decision = router.dispatch([1, 2, 3, 4, 5, 6, 7, 8])
+    view = seen[-1]
+    by_name = {w.name: i for i, w in enumerate(view.workers)}
+    assert view.requests[by_name["b"]] == 5 and view.prefill_tokens[by_name["b"]] == 5 * 8
+    assert view.requests[by_name["a"]] == 0
+    assert decision.worker is view.workers[0]
+    # Fresh instances start their rotation at different replicas.
+    starts = set()
+    for seed in range(12):
+        r = Router(4, policy=ServeView(create("default"), seed=seed), mode="approximate")
+        for n in "abc":
+            r.add_worker(n, capacity=1000)
+        starts.add(r.dispatch([9] * 8).worker.name)
+    assert len(starts) > 1
+
+
+def test_bad_router_settings_raise_before_anything_is_built() -> None:
+    router = RadixMetaRequestRouter.__new__(RadixMetaRequestRouter)
+    with pytest.raises(radixmeta.errors.InvalidInputError, match="mode must be"):
+        router.initialize_state(mode="psychic")
+    with pytest.raises(radixmeta.errors.InvalidInputError, match="expire_after"):
+        router.initialize_state(expire_after=0)
+    assert not hasattr(router, "router")
