@@ -125,7 +125,12 @@ def test_reproduce_exits_0_when_it_ran_and_1_with_check_when_a_claim_fails(
     assert [c["target"] for c in eight][1:] == ["<= 1.1", "> 3x"]
     rc_check, again = _reproduce(tmp_path, "--check")
     assert rc_check == 1
-    assert [c["met"] for c in again["claims"]] == [c["met"] for c in claims]
+    # The same runs give the same verdicts, except the router's wall-clock share, which
+    # a loaded machine can push past its 1 % (seen at load average 20).
+    def simulated(doc_claims: list[dict[str, Any]]) -> list[Any]:
+        return [c["met"] for c in doc_claims if not c["claim"].startswith("router time")]
+
+    assert simulated(again["claims"]) == simulated(claims)
     plots = sorted(p.name for p in (tmp_path / "a4").glob("*.png"))
     assert "batch_hit_rate_by_capacity_4w_idle.png" in plots
     assert any(p.startswith("poisson") and "ttft_cdf_4w_inf_immediate" in p for p in plots)
