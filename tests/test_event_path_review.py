@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from radixmeta import Router
+from radixmeta import EventLog, MetaTree, RadixCache, Router
+from radixmeta.events import LogSource, Replayer, Stored, Unavailable
 from radixmeta.router.feed import MAX_BACKOFF, MIN_BACKOFF, EventThread, backoff
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,3 +82,70 @@ def test_a_router_started_with_interval_zero_survives_a_failing_idle() -> None:
         time.sleep(0.05)
         assert router.health()["thread"]["alive"]
     assert router.health()["thread"]["state"] == "stopped"
+
+
+# -- 2. the reconnect sign -----------------------------------------------------------------
+def stored(seq: int, k: int, worker: str = "w0") -> Stored:
+    return Stored(worker, 0, seq, key=key(k))
+
+
+def test_a_duplicate_after_the_same_publisher_went_on_past_a_reconnect_is_a_duplicate() -> None:
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    with Replayer(tree) as replayer:
+        replayer.submit([stored(s, s) for s in range(5)])
+        replayer.replay()
+        replayer.reconnected("w0")  # a network blip: the same publisher connects again
+        replayer.submit([stored(5, 5), stored(6, 6)])  # and goes on
+        replayer.replay()
+        replayer.submit([stored(6, 6)])  # a re-delivered batch, within restart_window
+        stats = replayer.replay()
+        assert (stats.restarts, stats.duplicates, stats.stale) == (0, 1, 0)
+        assert tree.held_tokens(w) == 7 * PAGE
+        assert not replayer.lag()[0].stale
+
+
+def test_a_new_stream_after_batches_still_queued_from_the_old_one_is_a_restart() -> None:
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    with Replayer(tree) as replayer:
+        replayer.submit([stored(s, s) for s in range(5)])
+        replayer.replay()
+        replayer.reconnected("w0")  # seen before the old stream's tail was read
+        replayer.submit([stored(5, 5), stored(6, 6)])  # the old publisher's last batches
+        replayer.submit([stored(0, 100), stored(1, 101)])  # the restarted one's
+        stats = replayer.replay()
+        assert (stats.restarts, stats.duplicates) == (1, 0)
+        assert tree.held_tokens(w) == 2 * PAGE
+        assert tree.match(key(101)).length_of(w) == PAGE
+
+
+class _SnapshotOnly(LogSource):
+    """A source whose replay buffer no longer holds the gap: it is resynced by snapshot."""
+
+    def replay(self, worker: str, dp_rank: int, from_seq: int) -> Any:
+        return Unavailable("the buffer is too short")
+
+
+def test_a_snapshot_after_a_reconnect_covers_the_records_parked_behind_the_gap() -> None:
+    log = EventLog(worker="w0")
+    cache = RadixCache(PAGE, event_log=log)
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    with Replayer(tree, source=_SnapshotOnly({("w0", 0): cache})) as replayer:
+        for k in range(3):
+            cache.insert([k] * PAGE)
+        replayer.submit(log.read())
+        replayer.replay()
+        replayer.reconnected("w0")
+        cache.insert([3] * PAGE)  # the same stream goes on
+        replayer.submit(log.read()[-1:])
+        replayer.replay()
+        for k in range(4, 10):
+            cache.insert([k] * PAGE)
+        replayer.submit(log.read()[-2:])  # 8 and 9 arrive, 4..7 were lost: a snapshot
+        stats = replayer.replay()
+        assert (stats.gaps, stats.resyncs, stats.restarts, stats.stale) == (1, 1, 0, 0)
+        assert stats.duplicates == 2  # 8 and 9, which the snapshot holds
+        assert tree.held_tokens(w) == cache.total_size
+        assert not replayer.lag()[0].stale

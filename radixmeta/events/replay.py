@@ -12,10 +12,12 @@ records in order within a budget, and repairs what the transport broke:
   none (vLLM and SGLang publishers keep no snapshot), cleared and marked stale
   until its view is rebuilt (a ``Cleared`` event, a restart, a snapshot);
 * a restart starts a new stream: after the transport saw the publisher reconnect
-  (:meth:`Replayer.reconnected`), a record at or before the cursor; without that
-  sign, a sequence that goes back by more than ``restart_window``. The worker is
-  cleared and starts again (a transport that knows of a restart for sure calls
-  :meth:`Replayer.restart`);
+  (:meth:`Replayer.reconnected`), a record at or before where the cursor was then
+  (batches still queued from the old stream come after that point and go on;
+  records of the stream that went on past it are duplicates when they come again);
+  without that sign, a sequence that goes back by more than ``restart_window``. The
+  worker is cleared and starts again (a transport that knows of a restart for sure
+  calls :meth:`Replayer.restart`);
 * ``Cleared`` is a barrier: everything the worker held before it goes.
 
 The source is asked **outside every lock**, on threads of the replayer's own
@@ -156,7 +158,11 @@ class _Cursor:
     # S) that are still queued are duplicates, not a restart: (gap start, S). Cleared
     # once a record after S comes.
     covered: tuple[int, int] | None = None
-    reconnected: bool = False  # the next record at or before the cursor is a new stream
+    # The cursor's (seq, index) when the transport last saw the publisher connect
+    # again, until the stream is past it by more than restart_window (then the window
+    # rule alone tells a restart): a record at or before it starts a new stream. Records
+    # after it that go back are duplicates of the stream that went on.
+    reconnected: tuple[int, int] | None = None
     newest: int | None = None
     waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
     # Items behind a gap (or after those), in order: (record or mark, arrival or None).
@@ -191,8 +197,9 @@ class Replayer:
         A sequence number lower than the worker's cursor by more than this
         means the worker restarted; a lower one within the window is a
         duplicate (a re-delivered or reordered batch). A transport that sees
-        the publisher reconnect says so (:meth:`reconnected`), and the first
-        record after it that goes back starts a new stream whatever the window.
+        the publisher reconnect says so (:meth:`reconnected`), and a record
+        after it that goes back to or before where the cursor was then starts a
+        new stream whatever the window.
     max_pending : int, default 65536
         Records one worker may have waiting (queued, or behind its gap) before
         its further records are dropped (``dropped``): the worker then shows a
@@ -267,9 +274,13 @@ class Replayer:
     def reconnected(self, worker: str, dp_rank: int = 0) -> None:
         """The transport saw the worker's publisher connect again (after a disconnect).
 
-        Queued in order with the records: the first record after it decides. One at
-        or before the cursor starts a new stream (the publisher restarted, its
-        numbering with it); a later one goes on as usual (the same publisher, back).
+        Queued in order with the records; it marks where the cursor is when it is
+        taken. A later record at or before that point starts a new stream (the
+        publisher restarted, its numbering with it); one after it goes on as usual
+        (the same publisher back, or batches of the old stream still queued), and a
+        copy of a record applied after the point is a duplicate. The point is
+        forgotten once the cursor is more than ``restart_window`` past it (the
+        window alone then tells a restart) or the worker is cleared.
         """
         self._enqueue([_Reconnected(worker, dp_rank)])
 
@@ -443,7 +454,7 @@ class Replayer:
     def _handle(self, item: Any, arrived: float | None, cursor: _Cursor) -> None:
         done = cursor.stats
         if isinstance(item, _Reconnected):
-            cursor.reconnected = cursor.seq is not None
+            cursor.reconnected = None if cursor.seq is None else (cursor.seq, cursor.index)
             return
         record: Record = item
         worker = self._worker_named(*cursor.key)
@@ -451,19 +462,22 @@ class Replayer:
             done.unknown_worker += 1
             return
         position = (record.seq, record.index)
-        if cursor.covered is not None and not cursor.reconnected:
+        # At or before where the cursor was when the publisher connected again: a new
+        # stream (a batch still queued from the old one is after it, and goes on).
+        new_stream = cursor.reconnected is not None and position <= cursor.reconnected
+        if cursor.covered is not None and not new_stream:
             low, high = cursor.covered
             if low <= record.seq <= high:
                 done.duplicates += 1  # the snapshot that resynced the worker holds it
                 return
             if record.seq > high:
                 cursor.covered = None  # passed: it must not hide a later restart
-        if cursor.seq is not None:
-            went_back = position <= (cursor.seq, cursor.index)
-            if (cursor.reconnected and went_back) or record.seq < cursor.seq - self.restart_window:
-                done.restarts += 1
-                self._clear(worker, cursor)
-        cursor.reconnected = cursor.reconnected and cursor.seq is not None
+        if cursor.seq is not None and (
+            new_stream or record.seq < cursor.seq - self.restart_window
+        ):
+            done.restarts += 1
+            self._clear(worker, cursor)
+        self._spend_reconnect(cursor)
         if cursor.seq is None:
             if record.seq != 0:  # joined late: ask for the beginning
                 self._ask(cursor, record, arrived, from_seq=0)
@@ -479,6 +493,16 @@ class Replayer:
             return
         done.gaps += 1
         self._ask(cursor, record, arrived, from_seq=cursor.seq + 1)
+
+    def _spend_reconnect(self, cursor: _Cursor) -> None:
+        """Forget the reconnect point once the window rule alone tells a restart.
+
+        Past ``restart_window`` seqs beyond it, any record at or before it is lower
+        than the cursor by more than the window; a cleared cursor has no point at all.
+        """
+        mark = cursor.reconnected
+        if mark is not None and (cursor.seq is None or cursor.seq - self.restart_window > mark[0]):
+            cursor.reconnected = None
 
     def _ask(self, cursor: _Cursor, record: Record, arrived: float | None, from_seq: int) -> None:
         """Park ``record`` behind its gap and ask the source for the gap, off the lock."""
@@ -541,7 +565,7 @@ class Replayer:
         if cursor.seq is not None and _follows(found[0], cursor):
             # The source goes on from the cursor: the same stream, so a copy of these
             # records arriving live later is a duplicate, not a restart.
-            cursor.reconnected = False
+            cursor.reconnected = None
         cursor.stats.gaps += 1  # a tail that never arrived: a gap the live stream could not show
         cursor.stats.replays_requested += answer.requests
         for record in reversed(found):
@@ -623,6 +647,7 @@ class Replayer:
     def _clear(self, worker: Any, cursor: _Cursor) -> None:
         cursor.seq, cursor.index = None, 0
         cursor.covered = None
+        cursor.reconnected = None  # a point in the numbering the worker no longer has
         self.tree.apply_cleared(worker)
 
     def _worker_named(self, name: str, dp_rank: int) -> Any:
