@@ -149,3 +149,40 @@ def test_a_snapshot_after_a_reconnect_covers_the_records_parked_behind_the_gap()
         assert stats.duplicates == 2  # 8 and 9, which the snapshot holds
         assert tree.held_tokens(w) == cache.total_size
         assert not replayer.lag()[0].stale
+
+
+# -- 3. the budget holds for answers -------------------------------------------------------
+def _a_worker_behind_by(records: int, source_kind: type[LogSource]) -> tuple[Any, ...]:
+    log = EventLog(worker="w0")
+    cache = RadixCache(PAGE, event_log=log)
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    replayer = Replayer(tree, source=source_kind({("w0", 0): cache}))
+    cache.insert([0] * PAGE)
+    replayer.submit(log.read())
+    replayer.replay()
+    for k in range(1, records + 1):
+        cache.insert([k % 251, k // 251, 1, 1])
+    replayer.submit(log.read()[-1:])  # the last record, after a gap of all the others
+    return log, cache, tree, w, replayer
+
+
+@pytest.mark.parametrize("source_kind", [LogSource, _SnapshotOnly], ids=["replay", "snapshot"])
+def test_an_answer_is_applied_within_the_budget_a_record_a_step(
+    source_kind: type[LogSource],
+) -> None:
+    _, cache, tree, w, replayer = _a_worker_behind_by(500, source_kind)
+    with replayer:
+        replayer.replay(max_records=1)  # finds the gap and asks in the background
+        until(lambda: replayer.asking == 0, what="the answer")
+        stats = replayer.replay(max_records=1)  # takes the answer in, applies one record
+        # Before the fix the whole answer went in at once, past max_records.
+        assert stats.applied <= 1
+        assert stats.pending > 400
+        steps = 0
+        while replayer.pending:
+            assert replayer.replay(max_records=50).applied <= 50
+            steps += 1
+            assert steps < 100, "the answer never drained"
+        assert tree.held_tokens(w) == cache.total_size
+        assert not replayer.lag()[0].stale

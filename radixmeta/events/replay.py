@@ -173,6 +173,29 @@ class _Cursor:
     last_applied: float | None = None
     last_error: str | None = None
     stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
+    # Records inside the parked answers beyond the one entry each is (see _Answered).
+    answered_extra: int = 0
+
+    @property
+    def backlog(self) -> int:
+        """Records parked, counting each record of a parked answer."""
+        return len(self.parked) + self.answered_extra
+
+
+class _Answered:
+    """A source's answer parked as one item, whose records are applied one a step.
+
+    A gap's records go on from the cursor as if they had arrived live; a snapshot's
+    (``covered_from`` set: where the gap began) rebuild the cleared worker, and once
+    the last is applied the cursor stands at the snapshot's stamp.
+    """
+
+    __slots__ = ("covered_from", "records", "stamp")
+
+    def __init__(self, records: Iterable[Record], covered_from: int | None = None) -> None:
+        self.records: deque[Record] = deque(records)
+        self.stamp = self.records[0]
+        self.covered_from = covered_from
 
 
 @dataclass(eq=False)
@@ -355,10 +378,13 @@ class Replayer:
         -----
         A gap's repair is asked for in the background, outside the lock; the
         worker's records wait behind it (the worker is ``repairing``) while the
-        others' go on. With a budget the call returns when nothing more can be
-        applied now; without either budget it also waits for the repairs (and
-        probes) in flight and applies what they bring, so that, as before, one
-        call leaves nothing pending that could be applied.
+        others' go on. What the source answers (a gap's records, a snapshot, a
+        probe's find) is applied a record a step like any other, within the
+        budget, ahead of the records parked behind the gap. With a budget the
+        call returns when nothing more can be applied now; without either
+        budget it also waits for the repairs (and probes) in flight and applies
+        what they bring, so that, as before, one call leaves nothing pending
+        that could be applied.
         """
         done = ReplayStats()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
@@ -415,7 +441,7 @@ class Replayer:
                 done.add(cursor.stats.since(earlier))
             done.add(self._unreported)
             self._unreported = ReplayStats()
-            done.pending = len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
+            done.pending = len(self._pending) + sum(c.backlog for c in self._cursors.values())
             self.stats.add(done)
         return done
 
@@ -433,6 +459,8 @@ class Replayer:
     def _park(
         self, cursor: _Cursor, item: Any, arrived: float | None, *, first: bool = False
     ) -> None:
+        if isinstance(item, _Answered):
+            cursor.answered_extra += len(item.records) - 1
         if first:
             cursor.parked.appendleft((item, arrived))
         else:
@@ -453,6 +481,9 @@ class Replayer:
 
     def _handle(self, item: Any, arrived: float | None, cursor: _Cursor) -> None:
         done = cursor.stats
+        if isinstance(item, _Answered):
+            self._take_answered(item, cursor)
+            return
         if isinstance(item, _Reconnected):
             cursor.reconnected = None if cursor.seq is None else (cursor.seq, cursor.index)
             return
@@ -493,6 +524,27 @@ class Replayer:
             return
         done.gaps += 1
         self._ask(cursor, record, arrived, from_seq=cursor.seq + 1)
+
+    def _take_answered(self, answered: _Answered, cursor: _Cursor) -> None:
+        """The next record of a source's answer; the rest stays first in the parked queue."""
+        record = answered.records.popleft()
+        if answered.records:
+            cursor.parked.appendleft((answered, None))
+            cursor.answered_extra -= 1
+        worker = self._worker_named(*cursor.key)
+        if worker is None:
+            cursor.stats.unknown_worker += 1
+            return
+        if answered.covered_from is None:  # a gap's records: the cursor goes on through them
+            if cursor.seq is None or (record.seq, record.index) > (cursor.seq, cursor.index):
+                self._handle(record, None, cursor)
+            return
+        self._apply(record, worker, cursor)  # a snapshot's, onto the cleared worker
+        if not answered.records:
+            stamp = answered.stamp
+            cursor.seq, cursor.index = stamp.seq, stamp.index
+            cursor.covered = (answered.covered_from, stamp.seq)
+            cursor.stale = False
 
     def _spend_reconnect(self, cursor: _Cursor) -> None:
         """Forget the reconnect point once the window rule alone tells a restart.
@@ -568,8 +620,7 @@ class Replayer:
             cursor.reconnected = None
         cursor.stats.gaps += 1  # a tail that never arrived: a gap the live stream could not show
         cursor.stats.replays_requested += answer.requests
-        for record in reversed(found):
-            self._park(cursor, record, None, first=True)
+        self._park(cursor, _Answered(found), None, first=True)  # applied a record a step
 
     def _settle_gap(self, cursor: _Cursor, question: Question, answer: Answer) -> None:
         done = cursor.stats
@@ -577,23 +628,18 @@ class Replayer:
         worker = self._worker_named(*cursor.key)
         if worker is None:
             return  # removed from the tree: its parked records count as unknown
-        if cursor.seq is None and answer.records and answer.records[0].seq == 0:
-            cursor.stale = False  # the stream from its start: the view is whole again
-        for record in answer.records:
-            if cursor.seq is None or (record.seq, record.index) > (cursor.seq, cursor.index):
-                self._apply(record, worker, cursor)
+        # What the source sent is applied by later turns, a record a step, ahead of
+        # the records parked behind the gap: a large answer keeps the budget too.
         if answer.reached:
+            self._park(cursor, _Answered(answer.records), None, first=True)
             return  # the gap is filled: the parked records follow
         done.resyncs += 1
-        self._clear(worker, cursor)
+        self._clear(worker, cursor)  # what a part answer brought would go with it
         if answer.snapshot is not None:
-            for record in answer.snapshot:
-                self._apply(record, worker, cursor)
-            stamp = answer.snapshot[0]
-            cursor.seq, cursor.index = stamp.seq, stamp.index
-            cursor.covered = (question.from_seq, stamp.seq)
-            cursor.stale = False
-            return  # the parked records at or before the stamp are duplicates
+            # The parked records at or before the stamp are duplicates (``covered``).
+            resynced = _Answered(answer.snapshot, covered_from=question.from_seq)
+            self._park(cursor, resynced, None, first=True)
+            return
         done.stale += 1
         cursor.stale = True
         assert question.target is not None
@@ -711,6 +757,10 @@ class Replayer:
             cursor = self._cursor((worker, dp_rank))
             if cursor is not None:
                 cursor.repair = None  # an answer about the old stream is moot
+                cursor.parked = deque(
+                    entry for entry in cursor.parked if not isinstance(entry[0], _Answered)
+                )
+                cursor.answered_extra = 0
                 cursor.newest = None
                 tree_worker = self._worker_named(worker, dp_rank)
                 if tree_worker is not None:
@@ -771,7 +821,7 @@ class Replayer:
     def pending(self) -> int:
         """Records waiting to be applied (queued, or behind a worker's gap)."""
         with self._lock:
-            return len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
+            return len(self._pending) + sum(c.backlog for c in self._cursors.values())
 
     @property
     def asking(self) -> int:
