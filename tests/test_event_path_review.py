@@ -19,10 +19,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _ports import free_port_block
 
 from radixmeta import EventLog, MetaTree, RadixCache, Router
+from radixmeta.errors import InputTypeError, InvalidInputError
 from radixmeta.events import LogSource, Replayer, Stored, Unavailable
+from radixmeta.events.subscription import WorkerEndpoint
 from radixmeta.router.feed import MAX_BACKOFF, MIN_BACKOFF, EventThread, backoff
+from radixmeta.transport import ZmqPublisher
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -186,3 +190,39 @@ def test_an_answer_is_applied_within_the_budget_a_record_a_step(
             assert steps < 100, "the answer never drained"
         assert tree.held_tokens(w) == cache.total_size
         assert not replayer.lag()[0].stale
+
+
+# -- 4. a subscribe that raises changes nothing --------------------------------------------
+def _refused_subscriptions(port: int) -> list[tuple[str, list[WorkerEndpoint], dict[str, Any]]]:
+    live, replay = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}"
+    return [
+        ("colliding ports", [WorkerEndpoint("w", live, replay, 2)], {"codec": "vllm"}),
+        ("a worker twice", [WorkerEndpoint("w", live), WorkerEndpoint("w", replay)],
+         {"codec": "native"}),
+        ("a snapshot of vllm", [WorkerEndpoint("w", live, replay, snapshot=True)],
+         {"codec": "vllm"}),
+        ("a bad codec", [WorkerEndpoint("w", live)], {"codec": "nope"}),
+        ("a bad name", [WorkerEndpoint(7, live)], {"codec": "native"}),  # type: ignore[arg-type]
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_a_subscribe_that_raises_adds_no_worker(case: int) -> None:
+    port = free_port_block(4)
+    what, workers, options = _refused_subscriptions(port)[case]
+    with Router(PAGE) as router:
+        kept = router.add_worker("kept")
+        with pytest.raises((InvalidInputError, InputTypeError)):
+            router.subscribe(workers, **options)
+        assert [w.name for w in router.tree.workers] == ["kept"], what
+        assert router.dispatch([1, 2, 3, 4]).worker == kept
+        assert router.health()["workers"][0]["worker"] == "kept"
+
+
+def test_a_subscribe_whose_bind_fails_adds_no_worker() -> None:
+    port = free_port_block(2)
+    with ZmqPublisher(f"tcp://127.0.0.1:{port}", bind=True), Router(PAGE) as router:
+        with pytest.raises(Exception, match=r"(?i)address|bind|use"):
+            router.subscribe([WorkerEndpoint("w", f"tcp://127.0.0.1:{port}")],
+                             codec="native", bind=True)
+        assert list(router.tree.workers) == []
