@@ -226,3 +226,50 @@ def test_a_subscribe_whose_bind_fails_adds_no_worker() -> None:
             router.subscribe([WorkerEndpoint("w", f"tcp://127.0.0.1:{port}")],
                              codec="native", bind=True)
         assert list(router.tree.workers) == []
+
+
+# -- 5. a probe that finds records in flight counts no gap ---------------------------------
+def test_a_probe_that_finds_records_still_in_flight_counts_no_gap() -> None:
+    log = EventLog(worker="w0")
+    cache = RadixCache(PAGE, event_log=log)
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    with Replayer(tree, source=LogSource({("w0", 0): cache})) as replayer:
+        cache.insert([0] * PAGE)
+        replayer.submit(log.read())
+        replayer.replay()
+        cache.insert([1] * PAGE)  # published while the probe is out: in flight
+        assert replayer.probe() == 1
+        until(lambda: replayer.asking == 0, what="the probe's answer")
+        replayer.replay()  # the probe's find is applied
+        replayer.submit(log.read()[-1:])  # and then its live copy arrives
+        stats = replayer.replay()
+        assert (stats.gaps, stats.duplicates) == (0, 1)
+        assert replayer.worker_stats("w0").gaps == 0
+        assert tree.held_tokens(w) == cache.total_size
+
+
+def test_a_probe_that_finds_a_lost_tail_counts_a_gap_when_the_stream_goes_past_it() -> None:
+    log = EventLog(worker="w0")
+    cache = RadixCache(PAGE, event_log=log)
+    tree = MetaTree(PAGE)
+    tree.add_worker("w0")
+    with Replayer(tree, source=LogSource({("w0", 0): cache})) as replayer:
+        cache.insert([0] * PAGE)
+        replayer.submit(log.read())
+        replayer.replay()
+        cache.insert([1] * PAGE)  # lost on the live stream
+        replayer.probe()
+        until(lambda: replayer.asking == 0, what="the probe's answer")
+        replayer.replay()
+        cache.insert([2] * PAGE)
+        replayer.submit(log.read()[-1:])  # the next batch arrives, the lost one never does
+        assert replayer.replay().gaps == 1
+        cache.insert([3] * PAGE)  # lost again, and the worker goes quiet
+        replayer.probe()
+        until(lambda: replayer.asking == 0, what="the probe's answer")
+        replayer.replay()
+        replayer.probe()  # still quiet at the next probe: it was lost
+        until(lambda: replayer.asking == 0, what="the probe's answer")
+        assert replayer.replay().gaps == 1
+        assert replayer.stats.gaps == replayer.worker_stats("w0").gaps == 2

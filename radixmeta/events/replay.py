@@ -99,7 +99,7 @@ class ReplayStats:
 
     applied: int = 0
     duplicates: int = 0
-    gaps: int = 0  # gaps found, by a later record or by a probe of the tail
+    gaps: int = 0  # gaps found, by a later record or by a probe of a tail that was lost
     replays_requested: int = 0
     resyncs: int = 0
     stale: int = 0  # resyncs that found no snapshot: the worker was cleared
@@ -173,6 +173,9 @@ class _Cursor:
     last_applied: float | None = None
     last_error: str | None = None
     stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
+    # The last record a probe brought, until the live stream shows whether it was lost
+    # (a gap) or only in flight (its live copy comes: no gap).
+    probed: tuple[int, int] | None = None
     # Records inside the parked answers beyond the one entry each is (see _Answered).
     answered_extra: int = 0
 
@@ -493,6 +496,8 @@ class Replayer:
             done.unknown_worker += 1
             return
         position = (record.seq, record.index)
+        if cursor.probed is not None and arrived is not None:
+            self._judge_probe(cursor, lost=position > cursor.probed)
         # At or before where the cursor was when the publisher connected again: a new
         # stream (a batch still queued from the old one is after it, and goes on).
         new_stream = cursor.reconnected is not None and position <= cursor.reconnected
@@ -545,6 +550,16 @@ class Replayer:
             cursor.seq, cursor.index = stamp.seq, stamp.index
             cursor.covered = (answered.covered_from, stamp.seq)
             cursor.stale = False
+
+    def _judge_probe(self, cursor: _Cursor, *, lost: bool) -> None:
+        """Count what the last probe found as a gap if it was lost, not if it was in flight.
+
+        Lost: the live stream went on past it without bringing it, or the worker
+        stayed quiet until its next probe. In flight: its live copy came (a duplicate).
+        """
+        cursor.probed = None
+        if lost:
+            cursor.stats.gaps += 1
 
     def _spend_reconnect(self, cursor: _Cursor) -> None:
         """Forget the reconnect point once the window rule alone tells a restart.
@@ -618,7 +633,9 @@ class Replayer:
             # The source goes on from the cursor: the same stream, so a copy of these
             # records arriving live later is a duplicate, not a restart.
             cursor.reconnected = None
-        cursor.stats.gaps += 1  # a tail that never arrived: a gap the live stream could not show
+        # A tail the live stream has not brought, lost or still in flight (published
+        # while the probe was out): the live stream tells which (see _judge_probe).
+        cursor.probed = (found[-1].seq, found[-1].index)
         cursor.stats.replays_requested += answer.requests
         self._park(cursor, _Answered(found), None, first=True)  # applied a record a step
 
@@ -694,6 +711,7 @@ class Replayer:
         cursor.seq, cursor.index = None, 0
         cursor.covered = None
         cursor.reconnected = None  # a point in the numbering the worker no longer has
+        cursor.probed = None
         self.tree.apply_cleared(worker)
 
     def _worker_named(self, name: str, dp_rank: int) -> Any:
@@ -710,8 +728,13 @@ class Replayer:
         again, and a router started after the engines went quiet has heard
         nothing: a probe asks each worker's source for its records after the
         cursor (from 0 for a worker never heard). What comes back is applied by
-        the next :meth:`replay`, and counted in the worker's ``gaps`` and
-        ``replays_requested``; a quiet worker costs one empty answer.
+        the next :meth:`replay` and counted in ``replays_requested``; a quiet
+        worker costs one empty answer. A find is counted in the worker's
+        ``gaps`` once the live stream shows it was lost: its next live record is
+        past what the probe brought, or the worker stays quiet until its next
+        probe. Records published while the probe was out (in flight, or still
+        queued in the subscriber's socket) arrive live afterwards, as
+        duplicates, and count no gap.
 
         Parameters
         ----------
@@ -743,6 +766,9 @@ class Replayer:
                 if can_replay is not None and not can_replay(*key):
                     continue
                 cursor.heard = now
+                if cursor.probed is not None:  # quiet since the last probe's find: lost
+                    self._judge_probe(cursor, lost=True)
+                    self._unreported.gaps += 1  # counted outside replay: reported by the next
                 start = 0 if cursor.seq is None else cursor.seq + 1
                 job = _Job(cursor, Question(key[0], key[1], start, None))
                 cursor.repair = job
