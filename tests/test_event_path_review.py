@@ -13,6 +13,8 @@ Bounds on time here are liveness checks, never performance figures.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,9 +26,11 @@ from _ports import free_port_block
 from radixmeta import EventLog, MetaTree, RadixCache, Router
 from radixmeta.errors import InputTypeError, InvalidInputError
 from radixmeta.events import LogSource, Replayer, Stored, Unavailable
-from radixmeta.events.subscription import WorkerEndpoint
+from radixmeta.events.ingest import engine_batch
+from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 from radixmeta.router.feed import MAX_BACKOFF, MIN_BACKOFF, EventThread, backoff
 from radixmeta.transport import ZmqPublisher
+from radixmeta.wire import vllm
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -273,3 +277,47 @@ def test_a_probe_that_finds_a_lost_tail_counts_a_gap_when_the_stream_goes_past_i
         until(lambda: replayer.asking == 0, what="the probe's answer")
         assert replayer.replay().gaps == 1
         assert replayer.stats.gaps == replayer.worker_stats("w0").gaps == 2
+
+
+# -- 6. counters under threads; restarts per worker ----------------------------------------
+def test_counts_moved_by_the_poll_thread_and_the_repair_threads_are_exact() -> None:
+    port = free_port_block(1)
+    workers = [WorkerEndpoint("w0", f"tcp://127.0.0.1:{port}")]
+    calls, threads = 3000, 4
+    with FleetSubscription(workers, codec="vllm", block_size=PAGE) as sub:
+        log = EventLog(worker="w0", form="blocks")
+        RadixCache(PAGE, event_log=log).insert([1] * PAGE)
+        good = vllm.encode_batch(engine_batch(list(log.read()), block_size=PAGE))
+        start = threading.Barrier(threads)
+
+        def hammer() -> None:
+            start.wait()
+            for i in range(calls):
+                # Live batches and replayed ones go through the same decoding and counts.
+                sub._records("w0", 0, i, b"\xc1 not msgpack" if i % 2 else good)
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads often: a lost update shows
+        try:
+            running = [threading.Thread(target=hammer) for _ in range(threads)]
+            for t in running:
+                t.start()
+            for t in running:
+                t.join(30)
+        finally:
+            sys.setswitchinterval(old)
+        intake = sub.intake[("w0", 0)]
+        assert intake.batches == calls * threads
+        assert intake.decode_errors == sub.decode_errors == calls * threads // 2
+        assert sub.converters[("w0", 0)].counts.batches == calls * threads // 2
+
+
+def test_a_restart_the_transport_tells_counts_in_the_workers_stats_too() -> None:
+    tree = MetaTree(PAGE)
+    tree.add_worker("w0")
+    with Replayer(tree) as replayer:
+        replayer.submit([stored(0, 0)])
+        replayer.replay()
+        replayer.restart("w0")
+        replayer.restart("nobody")  # not a worker of the tree: nothing to count
+        assert replayer.worker_stats("w0").restarts == replayer.stats.restarts == 1

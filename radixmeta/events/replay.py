@@ -794,7 +794,8 @@ class Replayer:
                 if cursor.parked and not cursor.ready:
                     cursor.ready = True
                     self._ready.append(cursor)
-            self.stats.restarts += 1
+                cursor.stats.restarts += 1  # the worker's count and the total agree
+                self.stats.restarts += 1
 
     def forget(self, worker: str, dp_rank: int = 0) -> None:
         """Free a worker's cursor and its pending records (after ``remove_worker``)."""
