@@ -321,3 +321,47 @@ def test_a_restart_the_transport_tells_counts_in_the_workers_stats_too() -> None
         replayer.restart("w0")
         replayer.restart("nobody")  # not a worker of the tree: nothing to count
         assert replayer.worker_stats("w0").restarts == replayer.stats.restarts == 1
+
+
+# -- 7. a gap right after a reconnect ------------------------------------------------------
+def _reconnected_at_seq_2(source_cache: RadixCache) -> tuple[Any, ...]:
+    """A worker whose records 0..2 (keys 0, 1, 2) were applied; its publisher reconnects."""
+    tree = MetaTree(PAGE)
+    w = tree.add_worker("w0")
+    replayer = Replayer(tree, source=LogSource({("w0", 0): source_cache}))
+    replayer.submit([stored(s, s) for s in range(3)])
+    replayer.replay()
+    replayer.reconnected("w0")
+    return tree, w, replayer
+
+
+def test_a_restart_first_seen_above_the_old_cursor_is_rebuilt_from_the_new_stream() -> None:
+    log = EventLog(worker="w0")
+    new_engine = RadixCache(PAGE, event_log=log)
+    tree, w, replayer = _reconnected_at_seq_2(new_engine)
+    with replayer:
+        for k in range(100, 106):  # the restarted engine's seqs 0..5; only 5 arrives
+            new_engine.insert([k] * PAGE)
+        replayer.submit(log.read()[-1:])
+        stats = replayer.replay()
+        assert (stats.gaps, stats.resyncs, stats.stale) == (1, 1, 0)
+        # Before the fix seqs 3, 4 of the new stream were laid onto the old view.
+        assert tree.held_tokens(w) == new_engine.total_size
+        assert tree.match(key(0)).length_of(w) == 0
+        assert not replayer.lag()[0].stale
+
+
+def test_a_gap_after_a_reconnect_whose_source_lost_seq_0_is_repaired_as_the_same_stream(
+) -> None:
+    log = EventLog(worker="w0", capacity=4)
+    cache = RadixCache(PAGE, event_log=log)
+    for k in range(3):
+        cache.insert([k] * PAGE)
+    tree, w, replayer = _reconnected_at_seq_2(cache)
+    with replayer:
+        for k in range(3, 6):  # 3 and 4 lost while the publisher was away; 0 leaves the log
+            cache.insert([k] * PAGE)
+        replayer.submit(log.read()[-1:])
+        stats = replayer.replay()
+        assert (stats.gaps, stats.resyncs, stats.restarts, stats.stale) == (1, 0, 0, 0)
+        assert tree.held_tokens(w) == cache.total_size == 6 * PAGE

@@ -17,7 +17,10 @@ records in order within a budget, and repairs what the transport broke:
   records of the stream that went on past it are duplicates when they come again);
   without that sign, a sequence that goes back by more than ``restart_window``. The
   worker is cleared and starts again (a transport that knows of a restart for sure
-  calls :meth:`Replayer.restart`);
+  calls :meth:`Replayer.restart`). A gap right after a reconnect may be a restart
+  whose first batches were missed: the source is asked from seq 0, and if it holds
+  the stream from there the worker is rebuilt from it (else, a publisher past its
+  buffer, the gap is repaired as any other);
 * ``Cleared`` is a barrier: everything the worker held before it goes.
 
 The source is asked **outside every lock**, on threads of the replayer's own
@@ -528,6 +531,12 @@ class Replayer:
             self._apply(record, worker, cursor)
             return
         done.gaps += 1
+        if cursor.reconnected is not None:
+            # A gap right after a reconnect: the same publisher lost batches while it
+            # was away, or a restarted one whose first batches were missed (its seqs
+            # already past the cursor). Check with the source: from seq 0 first.
+            self._ask(cursor, record, arrived, from_seq=0, resume_from=cursor.seq + 1)
+            return
         self._ask(cursor, record, arrived, from_seq=cursor.seq + 1)
 
     def _take_answered(self, answered: _Answered, cursor: _Cursor) -> None:
@@ -571,12 +580,21 @@ class Replayer:
         if mark is not None and (cursor.seq is None or cursor.seq - self.restart_window > mark[0]):
             cursor.reconnected = None
 
-    def _ask(self, cursor: _Cursor, record: Record, arrived: float | None, from_seq: int) -> None:
+    def _ask(
+        self,
+        cursor: _Cursor,
+        record: Record,
+        arrived: float | None,
+        from_seq: int,
+        resume_from: int | None = None,
+    ) -> None:
         """Park ``record`` behind its gap and ask the source for the gap, off the lock."""
         if arrived is not None:
             cursor.waiting.appendleft(arrived)  # still waiting, behind the gap
         self._park(cursor, record, arrived, first=True)
-        question = Question(record.worker, record.dp_rank, from_seq, (record.seq, record.index))
+        question = Question(
+            record.worker, record.dp_rank, from_seq, (record.seq, record.index), resume_from
+        )
         job = _Job(cursor, question)
         cursor.repair = job
         if self.source is None or self._closed:
@@ -645,9 +663,14 @@ class Replayer:
         worker = self._worker_named(*cursor.key)
         if worker is None:
             return  # removed from the tree: its parked records count as unknown
+        if question.resume_from is not None:
+            cursor.reconnected = None  # the source told which stream this is
         # What the source sent is applied by later turns, a record a step, ahead of
         # the records parked behind the gap: a large answer keeps the budget too.
         if answer.reached:
+            if answer.rebuilt:  # the stream from seq 0, whichever publisher sent it
+                done.resyncs += 1
+                self._clear(worker, cursor)
             self._park(cursor, _Answered(answer.records), None, first=True)
             return  # the gap is filled: the parked records follow
         done.resyncs += 1
