@@ -13,9 +13,11 @@ Bounds on time here are liveness checks, never performance figures.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,7 @@ from radixmeta.events import LogSource, Replayer, Stored, Unavailable
 from radixmeta.events.ingest import engine_batch
 from radixmeta.events.subscription import FleetSubscription, WorkerEndpoint
 from radixmeta.router.feed import MAX_BACKOFF, MIN_BACKOFF, EventThread, backoff
-from radixmeta.transport import ZmqPublisher
+from radixmeta.transport import ZmqPublisher, ZmqSubscriber
 from radixmeta.wire import vllm
 
 pytestmark = pytest.mark.timeout(60)
@@ -365,3 +367,17 @@ def test_a_gap_after_a_reconnect_whose_source_lost_seq_0_is_repaired_as_the_same
         stats = replayer.replay()
         assert (stats.gaps, stats.resyncs, stats.restarts, stats.stale) == (1, 0, 0, 0)
         assert tree.held_tokens(w) == cache.total_size == 6 * PAGE
+
+
+# -- 8. an unreferenced subscriber is collected, and its keeper ends -----------------------
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_subscriber_dropped_without_close_is_collected_and_its_keeper_ends() -> None:
+    sub = ZmqSubscriber([f"tcp://127.0.0.1:{free_port_block(1)}"])
+    collected, keeper = weakref.ref(sub), sub._keeper
+    del sub
+    gc.collect()
+    # Before the fix the keeper thread held the subscriber: never collected, never ended.
+    assert collected() is None
+    keeper.join(5.0)
+    assert not keeper.is_alive()

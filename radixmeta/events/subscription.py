@@ -8,10 +8,12 @@ sockets. It is what ``radixmeta listen`` runs.
 
 Nothing a worker sends stops the stream. A batch is filed under the worker and
 rank of the endpoint it arrived on: a native batch that names another is counted
-(``identity_mismatch``) and dropped. A batch that does not decode, or that fails
-in any other way, is dropped whole and counted per worker (logged at a bounded
-rate); the next batch of that worker then shows a gap at its seq, so the replayer
-asks for it again.
+(``identity_mismatch``) and dropped. So each worker (and rank) needs an endpoint of
+its own: the central-indexer layout, many publishers connected to one bound
+endpoint, is for a bare :class:`~radixmeta.transport.ZmqSubscriber` only. A batch
+that does not decode, or that fails in any other way, is dropped whole and counted
+per worker (logged at a bounded rate); the next batch of that worker then shows a
+gap at its seq, so the replayer asks for it again.
 
 A gap older than a worker's replay buffer is resynced from a snapshot when the
 worker serves one (radixmeta's own publisher,
