@@ -713,13 +713,17 @@ def _keep(subscriber: weakref.ref[ZmqSubscriber], selector: selectors.BaseSelect
     try:
         while True:
             sub = subscriber()
-            if sub is None or sub.closed:
-                return
+            if sub is None:
+                break
+            if sub.closed:
+                return  # close() closes the selector with the sockets
             del sub
             if not selector.select(timeout=1.0):
                 continue
             sub = subscriber()
-            if sub is None or sub.closed:
+            if sub is None:
+                break
+            if sub.closed:
                 return
             sub._keep_turn()
             del sub
@@ -728,6 +732,8 @@ def _keep(subscriber: weakref.ref[ZmqSubscriber], selector: selectors.BaseSelect
             time.sleep(0.001)
     except Exception:  # the keeper must never take the subscriber down with it
         _log.exception("the subscriber's keeper thread stopped")
+        return
+    selector.close()  # collected unclosed: what the selector holds goes now, not at a gc
 
 
 class AsyncZmqSubscriber(_SubscriberBase):
