@@ -278,8 +278,10 @@ def test_a_router_started_after_the_engines_went_quiet_probes_what_they_publishe
                              codec="native", replay_timeout=1.0)
             router.start(interval=0.002)
             until(lambda: mirrors(router.tree, "w0", engine.cache), what="the probe")
-            stats = router.replayer.worker_stats("w0")
-            assert stats.gaps >= 1 and stats.replays_requested >= 1
+            # Counted a gap once the next probe finds the worker still quiet (lost, not
+            # in flight).
+            until(lambda: router.replayer.worker_stats("w0").gaps >= 1, what="the gap")
+            assert router.replayer.worker_stats("w0").replays_requested >= 1
     finally:
         engine.close()
 

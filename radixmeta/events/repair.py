@@ -48,6 +48,10 @@ class Question:
     dp_rank: int
     from_seq: int
     target: tuple[int, int] | None  # the (seq, index) that found the gap
+    # A gap right after a reconnect may be a restart whose first batches were missed:
+    # asked from seq 0 first, and from here (the cursor's next) if the source no longer
+    # holds seq 0 (a publisher older than its buffer: the same stream, gone on).
+    resume_from: int | None = None
 
 
 @dataclass
@@ -67,6 +71,9 @@ class Answer:
         The snapshot, when the gap could not be filled and the source served one.
     replay_problem, snapshot_problem : str or None
         Why the replay (or the snapshot) did not help.
+    rebuilt : bool
+        A question with ``resume_from``: the records go from seq 0 (the worker is
+        to be cleared and rebuilt from them, a restart or not).
     """
 
     records: list[Record] = field(default_factory=list)
@@ -75,6 +82,7 @@ class Answer:
     snapshot: list[Record] | None = None
     replay_problem: str | None = None
     snapshot_problem: str | None = None
+    rebuilt: bool = False
 
     def problem(self) -> str:
         """Both reasons as one phrase, for a log line."""
@@ -91,6 +99,20 @@ def ask(source: Any, question: Question) -> Answer:
         _probe(source, question, answer)
         return answer
     _fill(source, question, answer)
+    if question.resume_from is not None:
+        if answer.reached:
+            answer.rebuilt = True
+        elif not answer.records:
+            # Seq 0 is gone (a publisher that has run past its buffer, so not one that
+            # just restarted) or the source could not say: taken for the same stream,
+            # whose gap is repaired from the cursor as any other.
+            resumed = Question(
+                question.worker, question.dp_rank, question.resume_from, question.target
+            )
+            requests = answer.requests
+            answer = Answer()
+            _fill(source, resumed, answer)
+            answer.requests += requests
     if not answer.reached:
         answer.snapshot, answer.snapshot_problem = _snapshot(source, question)
     return answer

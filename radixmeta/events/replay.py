@@ -12,10 +12,15 @@ records in order within a budget, and repairs what the transport broke:
   none (vLLM and SGLang publishers keep no snapshot), cleared and marked stale
   until its view is rebuilt (a ``Cleared`` event, a restart, a snapshot);
 * a restart starts a new stream: after the transport saw the publisher reconnect
-  (:meth:`Replayer.reconnected`), a record at or before the cursor; without that
-  sign, a sequence that goes back by more than ``restart_window``. The worker is
-  cleared and starts again (a transport that knows of a restart for sure calls
-  :meth:`Replayer.restart`);
+  (:meth:`Replayer.reconnected`), a record at or before where the cursor was then
+  (batches still queued from the old stream come after that point and go on;
+  records of the stream that went on past it are duplicates when they come again);
+  without that sign, a sequence that goes back by more than ``restart_window``. The
+  worker is cleared and starts again (a transport that knows of a restart for sure
+  calls :meth:`Replayer.restart`). A gap right after a reconnect may be a restart
+  whose first batches were missed: the source is asked from seq 0, and if it holds
+  the stream from there the worker is rebuilt from it (else, a publisher past its
+  buffer, the gap is repaired as any other);
 * ``Cleared`` is a barrier: everything the worker held before it goes.
 
 The source is asked **outside every lock**, on threads of the replayer's own
@@ -97,7 +102,7 @@ class ReplayStats:
 
     applied: int = 0
     duplicates: int = 0
-    gaps: int = 0  # gaps found, by a later record or by a probe of the tail
+    gaps: int = 0  # gaps found, by a later record or by a probe of a tail that was lost
     replays_requested: int = 0
     resyncs: int = 0
     stale: int = 0  # resyncs that found no snapshot: the worker was cleared
@@ -156,7 +161,11 @@ class _Cursor:
     # S) that are still queued are duplicates, not a restart: (gap start, S). Cleared
     # once a record after S comes.
     covered: tuple[int, int] | None = None
-    reconnected: bool = False  # the next record at or before the cursor is a new stream
+    # The cursor's (seq, index) when the transport last saw the publisher connect
+    # again, until the stream is past it by more than restart_window (then the window
+    # rule alone tells a restart): a record at or before it starts a new stream. Records
+    # after it that go back are duplicates of the stream that went on.
+    reconnected: tuple[int, int] | None = None
     newest: int | None = None
     waiting: deque[float] = field(default_factory=deque)  # arrival times of pending records
     # Items behind a gap (or after those), in order: (record or mark, arrival or None).
@@ -167,6 +176,32 @@ class _Cursor:
     last_applied: float | None = None
     last_error: str | None = None
     stats: ReplayStats = field(default_factory=ReplayStats)  # this worker's counts, cumulative
+    # The last record a probe brought, until the live stream shows whether it was lost
+    # (a gap) or only in flight (its live copy comes: no gap).
+    probed: tuple[int, int] | None = None
+    # Records inside the parked answers beyond the one entry each is (see _Answered).
+    answered_extra: int = 0
+
+    @property
+    def backlog(self) -> int:
+        """Records parked, counting each record of a parked answer."""
+        return len(self.parked) + self.answered_extra
+
+
+class _Answered:
+    """A source's answer parked as one item, whose records are applied one a step.
+
+    A gap's records go on from the cursor as if they had arrived live; a snapshot's
+    (``covered_from`` set: where the gap began) rebuild the cleared worker, and once
+    the last is applied the cursor stands at the snapshot's stamp.
+    """
+
+    __slots__ = ("covered_from", "records", "stamp")
+
+    def __init__(self, records: Iterable[Record], covered_from: int | None = None) -> None:
+        self.records: deque[Record] = deque(records)
+        self.stamp = self.records[0]
+        self.covered_from = covered_from
 
 
 @dataclass(eq=False)
@@ -191,8 +226,9 @@ class Replayer:
         A sequence number lower than the worker's cursor by more than this
         means the worker restarted; a lower one within the window is a
         duplicate (a re-delivered or reordered batch). A transport that sees
-        the publisher reconnect says so (:meth:`reconnected`), and the first
-        record after it that goes back starts a new stream whatever the window.
+        the publisher reconnect says so (:meth:`reconnected`), and a record
+        after it that goes back to or before where the cursor was then starts a
+        new stream whatever the window.
     max_pending : int, default 65536
         Records one worker may have waiting (queued, or behind its gap) before
         its further records are dropped (``dropped``): the worker then shows a
@@ -267,9 +303,13 @@ class Replayer:
     def reconnected(self, worker: str, dp_rank: int = 0) -> None:
         """The transport saw the worker's publisher connect again (after a disconnect).
 
-        Queued in order with the records: the first record after it decides. One at
-        or before the cursor starts a new stream (the publisher restarted, its
-        numbering with it); a later one goes on as usual (the same publisher, back).
+        Queued in order with the records; it marks where the cursor is when it is
+        taken. A later record at or before that point starts a new stream (the
+        publisher restarted, its numbering with it); one after it goes on as usual
+        (the same publisher back, or batches of the old stream still queued), and a
+        copy of a record applied after the point is a duplicate. The point is
+        forgotten once the cursor is more than ``restart_window`` past it (the
+        window alone then tells a restart) or the worker is cleared.
         """
         self._enqueue([_Reconnected(worker, dp_rank)])
 
@@ -344,10 +384,13 @@ class Replayer:
         -----
         A gap's repair is asked for in the background, outside the lock; the
         worker's records wait behind it (the worker is ``repairing``) while the
-        others' go on. With a budget the call returns when nothing more can be
-        applied now; without either budget it also waits for the repairs (and
-        probes) in flight and applies what they bring, so that, as before, one
-        call leaves nothing pending that could be applied.
+        others' go on. What the source answers (a gap's records, a snapshot, a
+        probe's find) is applied a record a step like any other, within the
+        budget, ahead of the records parked behind the gap. With a budget the
+        call returns when nothing more can be applied now; without either
+        budget it also waits for the repairs (and probes) in flight and applies
+        what they bring, so that, as before, one call leaves nothing pending
+        that could be applied.
         """
         done = ReplayStats()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
@@ -404,7 +447,7 @@ class Replayer:
                 done.add(cursor.stats.since(earlier))
             done.add(self._unreported)
             self._unreported = ReplayStats()
-            done.pending = len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
+            done.pending = len(self._pending) + sum(c.backlog for c in self._cursors.values())
             self.stats.add(done)
         return done
 
@@ -422,6 +465,8 @@ class Replayer:
     def _park(
         self, cursor: _Cursor, item: Any, arrived: float | None, *, first: bool = False
     ) -> None:
+        if isinstance(item, _Answered):
+            cursor.answered_extra += len(item.records) - 1
         if first:
             cursor.parked.appendleft((item, arrived))
         else:
@@ -442,8 +487,11 @@ class Replayer:
 
     def _handle(self, item: Any, arrived: float | None, cursor: _Cursor) -> None:
         done = cursor.stats
+        if isinstance(item, _Answered):
+            self._take_answered(item, cursor)
+            return
         if isinstance(item, _Reconnected):
-            cursor.reconnected = cursor.seq is not None
+            cursor.reconnected = None if cursor.seq is None else (cursor.seq, cursor.index)
             return
         record: Record = item
         worker = self._worker_named(*cursor.key)
@@ -451,19 +499,24 @@ class Replayer:
             done.unknown_worker += 1
             return
         position = (record.seq, record.index)
-        if cursor.covered is not None and not cursor.reconnected:
+        if cursor.probed is not None and arrived is not None:
+            self._judge_probe(cursor, lost=position > cursor.probed)
+        # At or before where the cursor was when the publisher connected again: a new
+        # stream (a batch still queued from the old one is after it, and goes on).
+        new_stream = cursor.reconnected is not None and position <= cursor.reconnected
+        if cursor.covered is not None and not new_stream:
             low, high = cursor.covered
             if low <= record.seq <= high:
                 done.duplicates += 1  # the snapshot that resynced the worker holds it
                 return
             if record.seq > high:
                 cursor.covered = None  # passed: it must not hide a later restart
-        if cursor.seq is not None:
-            went_back = position <= (cursor.seq, cursor.index)
-            if (cursor.reconnected and went_back) or record.seq < cursor.seq - self.restart_window:
-                done.restarts += 1
-                self._clear(worker, cursor)
-        cursor.reconnected = cursor.reconnected and cursor.seq is not None
+        if cursor.seq is not None and (
+            new_stream or record.seq < cursor.seq - self.restart_window
+        ):
+            done.restarts += 1
+            self._clear(worker, cursor)
+        self._spend_reconnect(cursor)
         if cursor.seq is None:
             if record.seq != 0:  # joined late: ask for the beginning
                 self._ask(cursor, record, arrived, from_seq=0)
@@ -478,14 +531,70 @@ class Replayer:
             self._apply(record, worker, cursor)
             return
         done.gaps += 1
+        if cursor.reconnected is not None:
+            # A gap right after a reconnect: the same publisher lost batches while it
+            # was away, or a restarted one whose first batches were missed (its seqs
+            # already past the cursor). Check with the source: from seq 0 first.
+            self._ask(cursor, record, arrived, from_seq=0, resume_from=cursor.seq + 1)
+            return
         self._ask(cursor, record, arrived, from_seq=cursor.seq + 1)
 
-    def _ask(self, cursor: _Cursor, record: Record, arrived: float | None, from_seq: int) -> None:
+    def _take_answered(self, answered: _Answered, cursor: _Cursor) -> None:
+        """The next record of a source's answer; the rest stays first in the parked queue."""
+        record = answered.records.popleft()
+        if answered.records:
+            cursor.parked.appendleft((answered, None))
+            cursor.answered_extra -= 1
+        worker = self._worker_named(*cursor.key)
+        if worker is None:
+            cursor.stats.unknown_worker += 1
+            return
+        if answered.covered_from is None:  # a gap's records: the cursor goes on through them
+            if cursor.seq is None or (record.seq, record.index) > (cursor.seq, cursor.index):
+                self._handle(record, None, cursor)
+            return
+        self._apply(record, worker, cursor)  # a snapshot's, onto the cleared worker
+        if not answered.records:
+            stamp = answered.stamp
+            cursor.seq, cursor.index = stamp.seq, stamp.index
+            cursor.covered = (answered.covered_from, stamp.seq)
+            cursor.stale = False
+
+    def _judge_probe(self, cursor: _Cursor, *, lost: bool) -> None:
+        """Count what the last probe found as a gap if it was lost, not if it was in flight.
+
+        Lost: the live stream went on past it without bringing it, or the worker
+        stayed quiet until its next probe. In flight: its live copy came (a duplicate).
+        """
+        cursor.probed = None
+        if lost:
+            cursor.stats.gaps += 1
+
+    def _spend_reconnect(self, cursor: _Cursor) -> None:
+        """Forget the reconnect point once the window rule alone tells a restart.
+
+        Past ``restart_window`` seqs beyond it, any record at or before it is lower
+        than the cursor by more than the window; a cleared cursor has no point at all.
+        """
+        mark = cursor.reconnected
+        if mark is not None and (cursor.seq is None or cursor.seq - self.restart_window > mark[0]):
+            cursor.reconnected = None
+
+    def _ask(
+        self,
+        cursor: _Cursor,
+        record: Record,
+        arrived: float | None,
+        from_seq: int,
+        resume_from: int | None = None,
+    ) -> None:
         """Park ``record`` behind its gap and ask the source for the gap, off the lock."""
         if arrived is not None:
             cursor.waiting.appendleft(arrived)  # still waiting, behind the gap
         self._park(cursor, record, arrived, first=True)
-        question = Question(record.worker, record.dp_rank, from_seq, (record.seq, record.index))
+        question = Question(
+            record.worker, record.dp_rank, from_seq, (record.seq, record.index), resume_from
+        )
         job = _Job(cursor, question)
         cursor.repair = job
         if self.source is None or self._closed:
@@ -541,11 +650,12 @@ class Replayer:
         if cursor.seq is not None and _follows(found[0], cursor):
             # The source goes on from the cursor: the same stream, so a copy of these
             # records arriving live later is a duplicate, not a restart.
-            cursor.reconnected = False
-        cursor.stats.gaps += 1  # a tail that never arrived: a gap the live stream could not show
+            cursor.reconnected = None
+        # A tail the live stream has not brought, lost or still in flight (published
+        # while the probe was out): the live stream tells which (see _judge_probe).
+        cursor.probed = (found[-1].seq, found[-1].index)
         cursor.stats.replays_requested += answer.requests
-        for record in reversed(found):
-            self._park(cursor, record, None, first=True)
+        self._park(cursor, _Answered(found), None, first=True)  # applied a record a step
 
     def _settle_gap(self, cursor: _Cursor, question: Question, answer: Answer) -> None:
         done = cursor.stats
@@ -553,23 +663,23 @@ class Replayer:
         worker = self._worker_named(*cursor.key)
         if worker is None:
             return  # removed from the tree: its parked records count as unknown
-        if cursor.seq is None and answer.records and answer.records[0].seq == 0:
-            cursor.stale = False  # the stream from its start: the view is whole again
-        for record in answer.records:
-            if cursor.seq is None or (record.seq, record.index) > (cursor.seq, cursor.index):
-                self._apply(record, worker, cursor)
+        if question.resume_from is not None:
+            cursor.reconnected = None  # the source told which stream this is
+        # What the source sent is applied by later turns, a record a step, ahead of
+        # the records parked behind the gap: a large answer keeps the budget too.
         if answer.reached:
+            if answer.rebuilt:  # the stream from seq 0, whichever publisher sent it
+                done.resyncs += 1
+                self._clear(worker, cursor)
+            self._park(cursor, _Answered(answer.records), None, first=True)
             return  # the gap is filled: the parked records follow
         done.resyncs += 1
-        self._clear(worker, cursor)
+        self._clear(worker, cursor)  # what a part answer brought would go with it
         if answer.snapshot is not None:
-            for record in answer.snapshot:
-                self._apply(record, worker, cursor)
-            stamp = answer.snapshot[0]
-            cursor.seq, cursor.index = stamp.seq, stamp.index
-            cursor.covered = (question.from_seq, stamp.seq)
-            cursor.stale = False
-            return  # the parked records at or before the stamp are duplicates
+            # The parked records at or before the stamp are duplicates (``covered``).
+            resynced = _Answered(answer.snapshot, covered_from=question.from_seq)
+            self._park(cursor, resynced, None, first=True)
+            return
         done.stale += 1
         cursor.stale = True
         assert question.target is not None
@@ -623,6 +733,8 @@ class Replayer:
     def _clear(self, worker: Any, cursor: _Cursor) -> None:
         cursor.seq, cursor.index = None, 0
         cursor.covered = None
+        cursor.reconnected = None  # a point in the numbering the worker no longer has
+        cursor.probed = None
         self.tree.apply_cleared(worker)
 
     def _worker_named(self, name: str, dp_rank: int) -> Any:
@@ -639,8 +751,13 @@ class Replayer:
         again, and a router started after the engines went quiet has heard
         nothing: a probe asks each worker's source for its records after the
         cursor (from 0 for a worker never heard). What comes back is applied by
-        the next :meth:`replay`, and counted in the worker's ``gaps`` and
-        ``replays_requested``; a quiet worker costs one empty answer.
+        the next :meth:`replay` and counted in ``replays_requested``; a quiet
+        worker costs one empty answer. A find is counted in the worker's
+        ``gaps`` once the live stream shows it was lost: its next live record is
+        past what the probe brought, or the worker stays quiet until its next
+        probe. Records published while the probe was out (in flight, or still
+        queued in the subscriber's socket) arrive live afterwards, as
+        duplicates, and count no gap.
 
         Parameters
         ----------
@@ -672,6 +789,9 @@ class Replayer:
                 if can_replay is not None and not can_replay(*key):
                     continue
                 cursor.heard = now
+                if cursor.probed is not None:  # quiet since the last probe's find: lost
+                    self._judge_probe(cursor, lost=True)
+                    self._unreported.gaps += 1  # counted outside replay: reported by the next
                 start = 0 if cursor.seq is None else cursor.seq + 1
                 job = _Job(cursor, Question(key[0], key[1], start, None))
                 cursor.repair = job
@@ -686,6 +806,10 @@ class Replayer:
             cursor = self._cursor((worker, dp_rank))
             if cursor is not None:
                 cursor.repair = None  # an answer about the old stream is moot
+                cursor.parked = deque(
+                    entry for entry in cursor.parked if not isinstance(entry[0], _Answered)
+                )
+                cursor.answered_extra = 0
                 cursor.newest = None
                 tree_worker = self._worker_named(worker, dp_rank)
                 if tree_worker is not None:
@@ -693,7 +817,8 @@ class Replayer:
                 if cursor.parked and not cursor.ready:
                     cursor.ready = True
                     self._ready.append(cursor)
-            self.stats.restarts += 1
+                cursor.stats.restarts += 1  # the worker's count and the total agree
+                self.stats.restarts += 1
 
     def forget(self, worker: str, dp_rank: int = 0) -> None:
         """Free a worker's cursor and its pending records (after ``remove_worker``)."""
@@ -746,7 +871,7 @@ class Replayer:
     def pending(self) -> int:
         """Records waiting to be applied (queued, or behind a worker's gap)."""
         with self._lock:
-            return len(self._pending) + sum(len(c.parked) for c in self._cursors.values())
+            return len(self._pending) + sum(c.backlog for c in self._cursors.values())
 
     @property
     def asking(self) -> int:

@@ -8,10 +8,12 @@ sockets. It is what ``radixmeta listen`` runs.
 
 Nothing a worker sends stops the stream. A batch is filed under the worker and
 rank of the endpoint it arrived on: a native batch that names another is counted
-(``identity_mismatch``) and dropped. A batch that does not decode, or that fails
-in any other way, is dropped whole and counted per worker (logged at a bounded
-rate); the next batch of that worker then shows a gap at its seq, so the replayer
-asks for it again.
+(``identity_mismatch``) and dropped. So each worker (and rank) needs an endpoint of
+its own: the central-indexer layout, many publishers connected to one bound
+endpoint, is for a bare :class:`~radixmeta.transport.ZmqSubscriber` only. A batch
+that does not decode, or that fails in any other way, is dropped whole and counted
+per worker (logged at a bounded rate); the next batch of that worker then shows a
+gap at its seq, so the replayer asks for it again.
 
 A gap older than a worker's replay buffer is resynced from a snapshot when the
 worker serves one (radixmeta's own publisher,
@@ -27,6 +29,7 @@ a duplicate.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -303,6 +306,10 @@ class FleetSubscription:
         self._dp_sizes = dp_sizes
         self.converters = {key: BatchConverter(block_size, tiers=tiers) for key in self.sources}
         self.intake = {key: IntakeCounts() for key in self.sources}
+        # The poll thread and the replayer's repair threads both decode and convert (live
+        # and replayed batches): the counts they move, and the converters', are shared.
+        # Held only while a batch is decoded and counted, never over a socket wait.
+        self._counting = threading.RLock()
         self._log = ThrottledLog(logger)
         self.subscriber = ZmqSubscriber(
             live, topic=topic, replay_endpoints=replays, **subscriber_options
@@ -357,6 +364,12 @@ class FleetSubscription:
 
     def _records(self, name: str, rank: int, seq: int, payload: bytes) -> list[Record] | None:
         """The records of one batch of ``(name, rank)``, or None (counted and logged)."""
+        with self._counting:
+            return self._records_counted(name, rank, seq, payload)
+
+    def _records_counted(
+        self, name: str, rank: int, seq: int, payload: bytes
+    ) -> list[Record] | None:
         intake = self.intake[(name, rank)]
         intake.batches += 1
         try:
@@ -400,10 +413,11 @@ class FleetSubscription:
         )
 
     def _failed(self, name: str, rank: int, seq: int, counter: str, exc: Exception) -> None:
-        if counter == "failures":
-            self.intake[(name, rank)].failures += 1
-        else:
-            self.intake[(name, rank)].decode_errors += 1
+        with self._counting:
+            if counter == "failures":
+                self.intake[(name, rank)].failures += 1
+            else:
+                self.intake[(name, rank)].decode_errors += 1
         self.replayer.report(name, rank, f"batch {seq} dropped: {exc}")
         self._log.warning(
             ((name, rank), counter),
@@ -498,9 +512,10 @@ class FleetSubscription:
             result = self.subscriber.snapshot(index, timeout=self.snapshot_timeout)
         except TransportClosedError:
             return Unavailable("no snapshot (the subscription is closed)")
-        records = self._snapshot_records(worker, dp_rank, result)
-        if isinstance(records, Unavailable):
-            self.snapshot_failures += 1
+        with self._counting:
+            records = self._snapshot_records(worker, dp_rank, result)
+            if isinstance(records, Unavailable):
+                self.snapshot_failures += 1
         return records
 
     def _snapshot_records(

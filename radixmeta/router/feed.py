@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from radixmeta.events.subscription import FleetSubscription
     from radixmeta.meta import MetaTree
 
-__all__ = ["EventFeed", "EventThread", "WorkerSources"]
+__all__ = ["EventFeed", "EventThread", "WorkerSources", "backoff"]
 
 logger = logging.getLogger("radixmeta.router")
 
@@ -37,6 +37,19 @@ logger = logging.getLogger("radixmeta.router")
 POLL_LIMIT = 4096
 #: The longest wait between two turns of a thread whose turns keep failing.
 MAX_BACKOFF = 1.0
+#: The shortest wait after a failed turn, whatever the interval (0 included): a turn
+#: that keeps failing never spins.
+MIN_BACKOFF = 0.01
+
+
+def backoff(interval: float, failures: int) -> float:
+    """Seconds to wait after ``failures`` turns in a row raised.
+
+    Doubles from ``max(interval, MIN_BACKOFF)`` up to :data:`MAX_BACKOFF`; the
+    exponent is capped, so no count of failures overflows a float.
+    """
+    base = max(interval, MIN_BACKOFF)
+    return min(MAX_BACKOFF, base * 2.0 ** min(failures, 32))
 
 
 @dataclass
@@ -71,12 +84,23 @@ class WorkerSources:
         return True if can is None else bool(can(worker, dp_rank))
 
 
+def _describe(exc: BaseException) -> str:
+    """``repr(exc)``, or its type's name when its ``repr`` itself raises."""
+    try:
+        return repr(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose repr failed>"
+
+
 class EventThread:
     """A daemon thread that calls ``turn`` every ``interval`` seconds until stopped.
 
     Supervised: an exception from a turn is logged (at a bounded rate), counted, and
-    the next turn comes after a backoff that doubles up to :data:`MAX_BACKOFF`; a turn
-    that succeeds resets it. Only the thread's own end (``stop``) ends it.
+    the next turn comes after a backoff (:func:`backoff`) that doubles from
+    ``max(interval, MIN_BACKOFF)`` up to :data:`MAX_BACKOFF`, however many turns
+    fail; a turn that succeeds resets it. ``interval`` 0 runs turns back to back
+    while they succeed, never while they fail. Only the thread's own end (``stop``)
+    ends it.
 
     Attributes
     ----------
@@ -112,9 +136,9 @@ class EventThread:
                 except Exception as exc:  # logged, counted, backed off: never a silent death
                     failures += 1
                     self.errors += 1
-                    self.last_error = repr(exc)
+                    self.last_error = _describe(exc)
                     self.state = "backing off"
-                    delay = min(MAX_BACKOFF, self.interval * 2**failures)
+                    delay = backoff(self.interval, failures)
                     if self._log.warning("turn", "the router's event turn failed: %r", exc):
                         logger.debug("the failed turn", exc_info=exc)
                 else:

@@ -802,31 +802,51 @@ class Router:
         closing the subscription itself detaches it from the router. Arguments
         are those of :class:`~radixmeta.events.subscription.FleetSubscription`,
         whose block size is the router's page size.
+
+        A call that raises changes nothing: everything the subscription checks
+        (the codec, the ports, a worker given twice, its sockets' binds) is
+        checked, and its sockets opened, before a worker is added.
+
+        Raises
+        ------
+        InvalidInputError, InputTypeError
+            An approximate router, a bad argument or worker name, colliding ports.
+        RouterClosedError
+            The router is closed (or was closed meanwhile).
         """
         from radixmeta.events.subscription import FleetSubscription
 
         self._check_exact("subscribe")
-        with self._lock:
-            self._check_open()
-            for endpoint in workers:
-                for rank in range(endpoint.dp_size):
+        self._check_open()
+        for endpoint in workers:
+            if not isinstance(endpoint.name, str):
+                msg = f"worker name must be a str, got {type(endpoint.name).__name__}"
+                raise InputTypeError(msg)
+        # Outside the lock (it opens and binds sockets), and before any worker is added.
+        subscription = FleetSubscription(
+            workers,
+            codec=codec,
+            block_size=self.page_size,
+            topic=topic,
+            tiers=tiers,
+            replay_timeout=replay_timeout,
+            replayer=self.replayer,
+            on_close=self._detach,
+            **subscriber_options,
+        )
+        try:
+            with self._lock:
+                self._check_open()
+                for name, rank in subscription.sources:
                     try:
-                        self.tree.worker(endpoint.name, rank)
+                        self.tree.worker(name, rank)
                     except StaleWorkerError:
-                        self.add_worker(endpoint.name, rank)
-            subscription = FleetSubscription(
-                workers,
-                codec=codec,
-                block_size=self.page_size,
-                topic=topic,
-                tiers=tiers,
-                replay_timeout=replay_timeout,
-                replayer=self.replayer,
-                on_close=self._detach,
-                **subscriber_options,
-            )
-            self._feed.attach(subscription)
-            return subscription
+                        self.add_worker(name, rank)  # checked above: it cannot fail
+                self._feed.attach(subscription)
+        except BaseException:
+            subscription.close()  # outside the lock; nothing was added (the router closed)
+            raise
+        return subscription
 
     def unsubscribe(self, worker: WorkerId) -> FleetSubscription | None:
         """Close the subscription that feeds ``worker`` and stop asking it for gaps.
@@ -870,7 +890,9 @@ class Router:
         """Run ``idle`` in a background thread every ``interval`` seconds until ``close``.
 
         The thread is supervised: a turn that raises is logged and counted, and
-        the thread goes on after a backoff (``health()`` shows its state). Each
+        the thread goes on after a backoff that doubles from ``max(interval,
+        0.01)`` up to 1 s (``health()`` shows its state). ``interval`` 0 runs turns
+        back to back while they succeed. Each
         turn replays within the budget given (``max_seconds`` 0.02 by default, so
         no turn waits on a repair), and probes for lost tails every
         ``probe_interval``.

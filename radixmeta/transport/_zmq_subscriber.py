@@ -14,7 +14,9 @@ The keeper waits on the sockets' notification descriptors, and when one signals 
 the socket lock (the one ``recv`` holds) and lets the sockets process what is pending:
 the subscription goes out as soon as the connection is up, with no ``recv`` needed. It
 also counts each endpoint's connections from the socket monitors (``connections``), which
-tells a consumer that a publisher connected again, perhaps a new one.
+tells a consumer that a publisher connected again, perhaps a new one. It holds the
+subscriber weakly, so a subscriber dropped without ``close`` is still collected (and the
+keeper ends).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import selectors
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -661,29 +664,25 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
         for sock in (*self._subs, *self._monitors):
             self._selector.register(int(sock.getsockopt(zmq.FD)), selectors.EVENT_READ)
         self._selector.register(self._wakeup.reader, selectors.EVENT_READ)
+        # The keeper holds the subscriber weakly: one its owner dropped without close()
+        # is still collected (its sockets with it), and the keeper then ends.
         self._keeper = threading.Thread(
-            target=self._keep, name="radixmeta-zmq-keeper", daemon=True
+            target=_keep,
+            args=(weakref.ref(self), self._selector),
+            name="radixmeta-zmq-keeper",
+            daemon=True,
         )
         self._keeper.start()
 
-    def _keep(self) -> None:
-        """Let the sockets process their peers' commands as soon as they come (see above)."""
+    def _keep_turn(self) -> None:
+        """One turn of the keeper, after a descriptor signalled (see ``_keep``)."""
+        if not self._recv_lock.acquire(timeout=_KEEPER_LOCK_WAIT):
+            return  # a recv holds the sockets: its poll processes the same
         try:
-            while not self._closed:
-                if not self._selector.select(timeout=1.0) or self._closed:
-                    continue
-                if not self._recv_lock.acquire(timeout=_KEEPER_LOCK_WAIT):
-                    continue  # a recv holds the sockets: its poll processes the same
-                try:
-                    if not self._closed:
-                        self._touch()
-                finally:
-                    self._recv_lock.release()
-                # What a descriptor signalled is processed now; a descriptor may stay
-                # readable a moment after, so do not spin on it.
-                time.sleep(0.001)
-        except Exception:  # the keeper must never take the subscriber down with it
-            _log.exception("the subscriber's keeper thread stopped")
+            if not self._closed:
+                self._touch()
+        finally:
+            self._recv_lock.release()
 
     def close(self) -> None:
         """Close every socket with linger 0; a blocked call in another thread returns.
@@ -703,6 +702,38 @@ class ZmqSubscriber(_SubscriberBase, ClosesOnExit):
 
     def __repr__(self) -> str:
         return f"ZmqSubscriber({list(self.endpoints)!r}, closed={self._closed})"
+
+
+def _keep(subscriber: weakref.ref[ZmqSubscriber], selector: selectors.BaseSelector) -> None:
+    """Let the sockets process their peers' commands as soon as they come (see above).
+
+    Holds the subscriber only for a turn: between turns it waits on the selector alone,
+    and ends once the subscriber is closed or collected.
+    """
+    try:
+        while True:
+            sub = subscriber()
+            if sub is None:
+                break
+            if sub.closed:
+                return  # close() closes the selector with the sockets
+            del sub
+            if not selector.select(timeout=1.0):
+                continue
+            sub = subscriber()
+            if sub is None:
+                break
+            if sub.closed:
+                return
+            sub._keep_turn()
+            del sub
+            # What a descriptor signalled is processed now; a descriptor may stay
+            # readable a moment after, so do not spin on it.
+            time.sleep(0.001)
+    except Exception:  # the keeper must never take the subscriber down with it
+        _log.exception("the subscriber's keeper thread stopped")
+        return
+    selector.close()  # collected unclosed: what the selector holds goes now, not at a gc
 
 
 class AsyncZmqSubscriber(_SubscriberBase):
