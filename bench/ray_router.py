@@ -399,6 +399,36 @@ def csv(kind: type, allowed: tuple[str, ...] | None = None):  # type: ignore[no-
     return parse
 
 
+def report(cells: list[dict[str, Any]], reference: dict[str, float],
+           args: argparse.Namespace) -> None:
+    """Print the table and write the JSON (before Ray shuts down and its own
+    shutdown messages reach the terminal)."""
+    load = os.getloadavg()[0]
+    caption = textwrap.fill(
+        f"Ray Serve routers, stand-in replicas ({args.requests} requests a cell, "
+        f"{args.concurrency} in flight; shared 2-core VM, load {load:.1f} at the end: "
+        "reduced scale, compare within a run). Best hit rate (one unbounded cache): "
+        + ", ".join(f"{w} {100 * h:.1f} %" for w, h in reference.items())
+        + ". p50/p99: stand-in queue wait + prefill, seconds; route ms: choose_replicas"
+        " + on_request_routed per request.",
+        width=78,
+    )
+    print(table(cells, caption), flush=True)
+    if args.json_out is not None:
+        doc = {
+            "bench": "ray_router",
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "load_average_1m": load, "ray": ray.__version__},
+            "settings": {k: (str(v) if isinstance(v, Path) else v)
+                         for k, v in vars(args).items()},
+            "best_hit_rate": reference,
+            "cells": cells,
+        }
+        args.json_out.write_text(json.dumps(strict(doc), indent=2, allow_nan=False) + "\n")
+
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicas", type=csv(int), default=[4, 8])
@@ -453,35 +483,12 @@ def main() -> None:
                     cells.append(cell)
                     print(table([cell], "").strip().splitlines()[-1], file=sys.stderr,
                           flush=True)
+        report(cells, reference, args)
     finally:
         try:
             serve.shutdown()
         finally:
             ray.shutdown()
-
-    load = os.getloadavg()[0]
-    caption = textwrap.fill(
-        f"Ray Serve routers, stand-in replicas ({args.requests} requests a cell, "
-        f"{args.concurrency} in flight; shared 2-core VM, load {load:.1f} at the end: "
-        "reduced scale, compare within a run). Best hit rate (one unbounded cache): "
-        + ", ".join(f"{w} {100 * h:.1f} %" for w, h in reference.items())
-        + ". p50/p99: stand-in queue wait + prefill, seconds; route ms: choose_replicas"
-        " + on_request_routed per request.",
-        width=78,
-    )
-    print(table(cells, caption))
-    if args.json_out is not None:
-        doc = {
-            "bench": "ray_router",
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "load_average_1m": load, "ray": ray.__version__},
-            "settings": {k: (str(v) if isinstance(v, Path) else v)
-                         for k, v in vars(args).items()},
-            "best_hit_rate": reference,
-            "cells": cells,
-        }
-        args.json_out.write_text(json.dumps(strict(doc), indent=2, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":
