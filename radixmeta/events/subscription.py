@@ -8,7 +8,8 @@ sockets. It is what ``radixmeta listen`` runs.
 
 Nothing a worker sends stops the stream. A batch is filed under the worker and
 rank of the endpoint it arrived on: a native batch that names another is counted
-(``identity_mismatch``) and dropped. So each worker (and rank) needs an endpoint of
+(``identity_mismatch``) and dropped; an engine batch whose dp rank field differs is
+counted and kept under the endpoint's rank. So each worker (and rank) needs an endpoint of
 its own: the central-indexer layout, many publishers connected to one bound
 endpoint, is for a bare :class:`~radixmeta.transport.ZmqSubscriber` only. A batch
 that does not decode, or that fails in any other way, is dropped whole and counted
@@ -386,9 +387,19 @@ class FleetSubscription:
                 and engine.dp_rank is not None
                 and engine.dp_rank != rank
             ):
+                # Counted and warned, but kept under the endpoint's rank: an engine's rank
+                # field is not always its DP rank (SGLang 0.5.23's DP ranks, driven by its
+                # DP controller, all name rank 0), and the endpoint is the rank it serves.
                 intake.identity_mismatch += 1
-                self._mismatch(name, rank, seq, f"dp rank {engine.dp_rank}")
-                return None
+                self._log.warning(
+                    ((name, rank), "identity"),
+                    "worker (%r, dp_rank=%d): batch %d names dp rank %d; filed under the "
+                    "rank of the endpoint it came on",
+                    name,
+                    rank,
+                    seq,
+                    engine.dp_rank,
+                )
             return self.converters[(name, rank)].records(
                 engine, worker=name, dp_rank=rank, seq=seq
             )
