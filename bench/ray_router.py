@@ -82,7 +82,10 @@ VOCAB = 94
 # Each router is a thin subclass that times its two per-request hooks. Ray Serve ships the
 # class by value to the handle's process (this one), so the instances are found by gc.
 class _Timing:
-    """Wall seconds in ``choose_replicas`` and ``on_request_routed``, per call."""
+    """Wall seconds in ``choose_replicas`` and ``on_request_routed``, per call.
+
+    First in each timed router's bases, so its hooks wrap the router's own.
+    """
 
     bench_timed = True
 
@@ -90,8 +93,6 @@ class _Timing:
         store = self.__dict__.setdefault("bench_seconds", {"choose": [], "routed": []})
         store[hook].append(seconds)
 
-
-class TimedPrefixAffinity(_Timing, PrefixCacheAffinityRouter):
     async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
         start = time.perf_counter()
         try:
@@ -105,38 +106,18 @@ class TimedPrefixAffinity(_Timing, PrefixCacheAffinityRouter):
             return super().on_request_routed(pending_request, replica_id, result)
         finally:
             self._bench_record("routed", time.perf_counter() - start)
+
+
+class TimedPrefixAffinity(_Timing, PrefixCacheAffinityRouter):
+    pass
 
 
 class TimedPowerOfTwo(_Timing, PowerOfTwoChoicesRequestRouter):
-    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        try:
-            return await super().choose_replicas(candidate_replicas, pending_request)
-        finally:
-            self._bench_record("choose", time.perf_counter() - start)
-
-    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        try:
-            return super().on_request_routed(pending_request, replica_id, result)
-        finally:
-            self._bench_record("routed", time.perf_counter() - start)
+    pass
 
 
 class TimedRadixMeta(_Timing, RadixMetaRequestRouter):
-    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        try:
-            return await super().choose_replicas(candidate_replicas, pending_request)
-        finally:
-            self._bench_record("choose", time.perf_counter() - start)
-
-    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        try:
-            return super().on_request_routed(pending_request, replica_id, result)
-        finally:
-            self._bench_record("routed", time.perf_counter() - start)
+    pass
 
 
 def router_config(name: str, args: argparse.Namespace) -> RequestRouterConfig:

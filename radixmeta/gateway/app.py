@@ -41,6 +41,7 @@ from radixmeta.errors import (
     RouterClosedError,
     UnknownRequestError,
 )
+from radixmeta.gateway._disconnect import unless_disconnected
 from radixmeta.gateway.config import GatewayConfig, WorkerSpec
 from radixmeta.gateway.engines import DuplicateEngineError, Engine, Fleet
 from radixmeta.gateway.metrics import GatewayMetrics
@@ -77,12 +78,6 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"message": message, "type": kind, "code": status}}, status_code=status
     )
-
-
-async def _disconnect(receive: Receive) -> None:
-    """Return when the client disconnects (its request body was read already)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _output_tokens(content: bytes) -> int:
@@ -203,17 +198,12 @@ class Gateway:
         rid = next(self._ids)
         # The engine's work races the client's going away: a client that leaves before
         # the answer's headers (or, not streamed, its whole body) cancels the engine's work.
-        work = asyncio.ensure_future(
-            self._route(rid, raw, body, tokens, namespace, expected, stream, path, started)
+        answer = await unless_disconnected(
+            self._route(rid, raw, body, tokens, namespace, expected, stream, path, started),
+            request.receive,
         )
-        gone = asyncio.ensure_future(_disconnect(request.receive))
-        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            gone.cancel()
-            return work.result()
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work
+        if answer is not None:
+            return answer
         self.metrics.disconnects.inc()
         return Response(status_code=499)
 

@@ -42,6 +42,7 @@ from radixmeta.cache import RadixCache
 from radixmeta.errors import InputTypeError, InvalidInputError
 from radixmeta.events import EventLog
 from radixmeta.events.ingest import engine_batch
+from radixmeta.gateway._disconnect import unless_disconnected
 from radixmeta.gateway.tokenize import load_tokenizer, namespace_of, prompt_of
 from radixmeta.policies import costs
 from radixmeta.transport import ZmqPublisher
@@ -304,15 +305,11 @@ class StandinEngine:
             if hint is not None:
                 self.rank_hints[str(hint)] = self.rank_hints.get(str(hint), 0) + 1
         # As vLLM aborts a request whose client went away, the work races the disconnect.
-        work = asyncio.ensure_future(self._answer(body, kind, tokens, namespace))
-        gone = asyncio.ensure_future(_disconnect(request.receive))
-        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            gone.cancel()
-            return work.result()
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work
+        answer = await unless_disconnected(
+            self._answer(body, kind, tokens, namespace), request.receive
+        )
+        if answer is not None:
+            return answer
         self.cancelled += 1
         return Response(status_code=499)
 
@@ -429,12 +426,6 @@ class StandinEngine:
             self.running -= 1
             if not done:
                 self.cancelled += 1
-
-
-async def _disconnect(receive: Any) -> None:
-    """Return when the client disconnects (its request body was read already)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _parser() -> argparse.ArgumentParser:
