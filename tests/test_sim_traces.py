@@ -194,6 +194,7 @@ def test_bad_options_are_clear_errors(
         (["--rivals-from", "/nonexistent/traces.json"], "--rivals-from"),
         (["--jobs", "-1"], "--jobs"),
         (["--block-size", "0"], "--block-size"),
+        (["--page-size", "0"], "--page-size"),
         (["--limit", "-3"], "--limit"),
     ],
 )

@@ -1003,6 +1003,9 @@ def reproduce_traces(args: argparse.Namespace) -> int:
     if args.jobs < 0:
         msg = f"--jobs must be >= 0 (0: one per CPU), got {args.jobs}"
         raise InvalidInputError(msg)
+    if args.page_size < 1:
+        msg = f"--page-size must be >= 1 token, got {args.page_size}"
+        raise InvalidInputError(msg)
     builders = _trace_builders(args)
     settings = {
         "limit": args.limit,
