@@ -180,6 +180,42 @@ def test_bad_options_are_clear_errors(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policies", "round_robin"], "must include default"),
+        (["--policies", "nope"], "unknown policy"),
+        (["--synthetic", "chat:1,nope:2"], "unknown trace shape"),
+        (["--synthetic", "chat:-1"], "SHAPE:SEED"),
+        (["--extra", "gsp,nope"], "--extra takes"),
+        (["--extra", "mmlu", "--mmlu-dir", "/nonexistent/mmlu"], "no such folder"),
+        (["--extra", "sharegpt", "--sharegpt-file", "/nonexistent.json"], "no such file"),
+        (["--trace-file", "/nonexistent.jsonl"], "no such file"),
+        (["--rivals-from", "/nonexistent/traces.json"], "--rivals-from"),
+        (["--jobs", "-1"], "--jobs"),
+        (["--block-size", "0"], "--block-size"),
+        (["--page-size", "0"], "--page-size"),
+        (["--limit", "-3"], "--limit"),
+    ],
+)
+def test_every_argument_is_checked_before_any_workload_is_built(
+    extra: list[str],
+    message: str,
+    trace_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        msg = "a workload was built before the arguments were checked"
+        raise AssertionError(msg)
+
+    for name in ("trace", "synthetic", "gsp", "mmlu", "sharegpt"):
+        monkeypatch.setattr(workloads, name, refuse)
+    args = ["reproduce", "traces", "--trace-file", str(trace_file), *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_synthetic_workloads_by_name_in_the_grid(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([
         "reproduce", "traces", "--synthetic", "agents:3", "--limit", "120", "--workers", "2",

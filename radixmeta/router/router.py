@@ -340,7 +340,7 @@ class Router:
             at = self._now()
             own = self._registry.requests[worker.index]
             record.reported = EngineLoad(queue, kv_usage, run, at, own)
-            self._registry.refresh()
+            self._registry.refresh_reported()
 
     def load(self, worker: WorkerId) -> WorkerLoad:
         """One worker's load, as policies see it."""

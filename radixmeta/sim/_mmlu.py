@@ -9,6 +9,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -153,42 +154,82 @@ def _read_file(path: Path, what: str) -> bytes:
         raise DataNotFoundError(msg) from None
 
 
-def _subject_tokens(
-    folder: Path,
-    subject: str,
-    split: str,
-    shots: int,
-    max_prefix_tokens: int | None,
-    tokenizer: Tokenizer,
-    cache_dir: Path | None,
+class _Subject:
+    """One subject's files, read once: its cache key, and its rows parsed only when needed."""
+
+    def __init__(
+        self,
+        folder: Path,
+        subject: str,
+        split: str,
+        shots: int,
+        max_prefix_tokens: int | None,
+        tokenizer: Tokenizer,
+        cache_dir: Path | None,
+    ) -> None:
+        self.name = subject
+        self.dev_path = folder / "dev" / f"{subject}_dev.csv"
+        self.split_path = folder / split / f"{subject}_{split}.csv"
+        self.dev_bytes = _read_file(self.dev_path, f"the few-shot file of subject {subject!r},")
+        self.split_bytes = _read_file(self.split_path, f"the {split} file of subject {subject!r},")
+        self.shots, self.max_prefix_tokens = shots, max_prefix_tokens
+        self.tokenizer, self.cache_dir = tokenizer, cache_dir
+        key_parts = [
+            b"radixmeta-mmlu-cache-1",
+            TEMPLATE.encode(),
+            tokenizer.name.encode(),
+            f"{subject}|{split}|{shots}|{max_prefix_tokens}".encode(),
+            hashlib.sha256(self.dev_bytes).digest(),
+            hashlib.sha256(self.split_bytes).digest(),
+        ]
+        self.key = hashlib.sha256(b"\x00".join(key_parts)).hexdigest()
+        self.cached = None if cache_dir is None else _diskcache.load_prompts(cache_dir, self.key)
+        self._questions: list[Row] | None = None
+
+    def questions(self) -> list[Row]:
+        if self._questions is None:
+            self._questions = read_rows(self.split_path, self.split_bytes)
+        return self._questions
+
+    def count(self) -> int:
+        """Questions in the subject (its cached prompts, else its parsed rows)."""
+        if self.cached is not None:
+            return len(self.cached[1]) - 1
+        return len(self.questions())
+
+    def tokens(
+        self, wanted: list[int] | None = None
+    ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
+        """The prompts of questions ``wanted`` (default all) as one buffer and offsets.
+
+        All of them are kept in the disk cache; a subset is tokenized alone (it is
+        what ``limit`` saves) and not cached, since an entry is a whole subject.
+        """
+        if self.cached is not None:
+            tokens, offsets = self.cached
+            if wanted is None:
+                return tokens, offsets
+            pieces = [tokens[offsets[q] : offsets[q + 1]] for q in wanted]
+            return _joined(pieces)
+        questions = self.questions()
+        chosen = questions if wanted is None else [questions[q] for q in wanted]
+        prompts = build_prompts(
+            self.name,
+            read_rows(self.dev_path, self.dev_bytes),
+            chosen,
+            shots=self.shots,
+            max_prefix_tokens=self.max_prefix_tokens,
+            tokenizer=self.tokenizer,
+        )
+        tokens, offsets = _joined([self.tokenizer.encode(text) for text in prompts])
+        if self.cache_dir is not None and wanted is None:
+            _diskcache.store_prompts(self.cache_dir, self.key, tokens, offsets)
+        return tokens, offsets
+
+
+def _joined(
+    encoded: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
-    """All of one subject's prompts as one token buffer and offsets, from the cache if there."""
-    dev_path = folder / "dev" / f"{subject}_dev.csv"
-    split_path = folder / split / f"{subject}_{split}.csv"
-    dev_bytes = _read_file(dev_path, f"the few-shot file of subject {subject!r},")
-    split_bytes = _read_file(split_path, f"the {split} file of subject {subject!r},")
-    key_parts = [
-        b"radixmeta-mmlu-cache-1",
-        TEMPLATE.encode(),
-        tokenizer.name.encode(),
-        f"{subject}|{split}|{shots}|{max_prefix_tokens}".encode(),
-        hashlib.sha256(dev_bytes).digest(),
-        hashlib.sha256(split_bytes).digest(),
-    ]
-    key = hashlib.sha256(b"\x00".join(key_parts)).hexdigest()
-    if cache_dir is not None:
-        hit = _diskcache.load_prompts(cache_dir, key)
-        if hit is not None:
-            return hit
-    prompts = build_prompts(
-        subject,
-        read_rows(dev_path, dev_bytes),
-        read_rows(split_path, split_bytes),
-        shots=shots,
-        max_prefix_tokens=max_prefix_tokens,
-        tokenizer=tokenizer,
-    )
-    encoded = [tokenizer.encode(text) for text in prompts]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([e.shape[0] for e in encoded])
     tokens = (
@@ -196,8 +237,6 @@ def _subject_tokens(
         if encoded
         else np.zeros(0, dtype=np.uint32)
     )
-    if cache_dir is not None:
-        _diskcache.store_prompts(cache_dir, key, tokens, offsets)
     return tokens, offsets
 
 
@@ -214,6 +253,7 @@ def mmlu(
     output_len: int = 1,
     seed: int = 0,
     cache: bool | str | os.PathLike[str] = True,
+    limit: int | None = None,
 ) -> Workload:
     """MMLU k-shot prompts: each subject's questions share its few-shot block.
 
@@ -254,6 +294,13 @@ def mmlu(
         ``$XDG_CACHE_HOME/radixmeta``, else ``~/.cache/radixmeta``; a path uses that
         folder; ``False`` never reads or writes one. Entries are keyed by the files'
         contents, the template, the tokenizer and the parameters; safe to delete.
+    limit : int, optional
+        Only the first ``limit`` requests: exactly the first ``limit`` of the whole
+        workload. The shuffle is one permutation of every question (a global draw),
+        so every subject's CSV is read to count its questions, but only the kept
+        questions' prompts are rendered and tokenized (the cost that dominates).
+        A subject already in the disk cache is read from it whole. A subset is not
+        written to the disk cache.
 
     Returns
     -------
@@ -284,6 +331,7 @@ def mmlu(
     if max_prefix_tokens is not None:
         cap = check_int("max_prefix_tokens", max_prefix_tokens, 1)
     out_len = check_int("output_len", output_len, 0)
+    most = None if limit is None else check_int("limit", limit, 0)
     arrival_rate = check_rate(rate)
     rng = make_rng(seed)
     tok = get_tokenizer(tokenizer)
@@ -308,28 +356,41 @@ def mmlu(
             )
             raise DataNotFoundError(msg)
 
-    # (subject, tokens of its prompts, offsets), subjects sorted: the "subject" order.
-    per_subject = [
-        (s, *_subject_tokens(folder, s, split, k, cap, tok, cache_dir)) for s in chosen
-    ]
-    pairs = [
-        (si, q) for si, (_, _, offsets) in enumerate(per_subject) for q in range(len(offsets) - 1)
-    ]
+    # Subjects sorted (the "subject" order); each read once, tokenized only when kept.
+    sources = [_Subject(folder, s, split, k, cap, tok, cache_dir) for s in chosen]
+    pairs = [(si, q) for si, source in enumerate(sources) for q in range(source.count())]
+    # The shuffle and the arrivals are drawn over every question, so the first
+    # ``limit`` requests are those of the whole workload; only their prompts are built.
     positions = rng.permutation(len(pairs)) if order == "shuffle" else np.arange(len(pairs))
     arrivals = poisson_arrivals(len(pairs), arrival_rate, rng)
-    for _, tokens, _ in per_subject:
+    kept = positions.tolist() if most is None else positions[:most].tolist()
+    wanted: list[list[int] | None] = [None] * len(sources)
+    if most is not None:
+        wanted = [[] for _ in sources]
+        for index in sorted(kept):
+            si, q = pairs[index]
+            wanted[si].append(q)
+    built: list[tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64], dict[int, int] | None]] = []
+    for source, subset in zip(sources, wanted, strict=True):
+        if subset is not None and not subset:
+            built.append((np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), {}))
+            continue
+        tokens, offsets = source.tokens(subset)
         frozen_tokens(tokens)
+        local = None if subset is None else {q: i for i, q in enumerate(subset)}
+        built.append((tokens, offsets, local))
     requests = []
-    for position, index in enumerate(positions.tolist()):
+    for position, index in enumerate(kept):
         si, q = pairs[index]
-        subject, tokens, offsets = per_subject[si]
+        tokens, offsets, local = built[si]
+        row = q if local is None else local[q]
         requests.append(
             Request(
                 request_id=position,
-                tokens=tokens[offsets[q] : offsets[q + 1]],
+                tokens=tokens[offsets[row] : offsets[row + 1]],
                 arrival=float(arrivals[position]),
                 output_len=out_len,
-                group=subject,
+                group=sources[si].name,
             )
         )
     metadata = {
@@ -345,6 +406,7 @@ def mmlu(
             "rate": arrival_rate,
             "order": order,
             "output_len": out_len,
+            "limit": most,
         },
         "cache_dir": None if cache_dir is None else str(cache_dir),
     }

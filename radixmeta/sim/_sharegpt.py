@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from radixmeta._keys import check_int
 from radixmeta.errors import (
@@ -187,6 +188,7 @@ def sharegpt(
     rate: float = 1.0,
     think_time: float = 10.0,
     seed: int = 0,
+    limit: int | None = None,
 ) -> Workload:
     """Multi-turn ShareGPT sessions: turn ``k``'s prompt is the whole history before it.
 
@@ -221,6 +223,11 @@ def sharegpt(
     think_time : float, default 10.0
         Mean seconds between a session's turns; ``0`` sends them together.
     seed : int, default 0
+    limit : int, optional
+        Only the first ``limit`` requests by arrival: exactly the first ``limit``
+        of the whole workload. The sessions are read and every arrival drawn (the
+        first requests by time can come from any session), but only the turns the
+        kept requests need are tokenized, the cost that dominates.
 
     Returns
     -------
@@ -241,6 +248,7 @@ def sharegpt(
     least = check_int("min_turns", min_turns, 1)
     most = None if max_turns is None else check_int("max_turns", max_turns, 1)
     session_rate = check_rate(rate)
+    kept = None if limit is None else check_int("limit", limit, 0)
     think = float(think_time)
     if not (math.isfinite(think) and think >= 0):
         msg = f"think_time must be finite and >= 0, got {think_time!r}"
@@ -282,34 +290,51 @@ def sharegpt(
             msg = f"{source}: {exc}"
             raise WorkloadError(msg) from None
 
+    # Every draw first (session starts, then each session's think times, in session
+    # order: tokenizing draws nothing), so which requests come first is known before
+    # any text is tokenized; with ``limit`` only the turns those need are tokenized.
     starts = poisson_arrivals(len(chosen), session_rate, rng)
-    rows: list[tuple[float, np.ndarray[Any, np.dtype[np.uint32]], int, int, str]] = []
-    for (label, pairs), start in zip(chosen, starts.tolist(), strict=True):
-        pieces: list[np.ndarray[Any, np.dtype[np.uint32]]] = []
-        ends: list[int] = []
-        outputs: list[int] = []
-        length = 0
-        for user, assistant in pairs:
-            asked = tok.encode(f"User: {user}\n\n")
-            reply = tok.encode(f"Assistant: {assistant}\n\n")
-            length += asked.shape[0]
-            ends.append(length)
-            length += reply.shape[0]
-            pieces += [asked, reply]
-            outputs.append(max(1, tok.encode(assistant).shape[0]))
-        history = frozen_tokens(np.concatenate(pieces).astype(np.uint32, copy=False))
+    timed: list[tuple[float, int, int]] = []  # (arrival, session, turn), session by session
+    for si, ((_, pairs), start) in enumerate(zip(chosen, starts.tolist(), strict=True)):
         gaps = np.zeros(len(pairs) - 1)
         if think > 0:
             gaps = rng.exponential(think, size=len(pairs) - 1)
         times = start + np.concatenate(([0.0], np.cumsum(gaps)))
-        for turn, (end, output) in enumerate(zip(ends, outputs, strict=True)):
-            rows.append((float(times[turn]), history, end, output, label))
-
-    order = sorted(range(len(rows)), key=lambda k: rows[k][0])  # stable: ties keep order
-    requests = [
-        Request(position, rows[k][1][: rows[k][2]], rows[k][0], rows[k][3], rows[k][4])
-        for position, k in enumerate(order)
-    ]
+        timed += [(float(times[turn]), si, turn) for turn in range(len(pairs))]
+    order = sorted(range(len(timed)), key=lambda k: timed[k][0])  # stable: ties keep order
+    if kept is not None:
+        order = order[:kept]
+    last_turn: dict[int, int] = {}  # session -> the last turn kept
+    for k in order:
+        _, si, turn = timed[k]
+        last_turn[si] = max(turn, last_turn.get(si, -1))
+    # Each kept session's history up to its last kept turn: turn k's prompt is the
+    # first ends[k] tokens (every message before the k-th reply).
+    histories: dict[int, tuple[npt.NDArray[np.uint32], list[int], list[int]]] = {}
+    for si in sorted(last_turn):
+        pairs = chosen[si][1][: last_turn[si] + 1]
+        pieces: list[npt.NDArray[np.uint32]] = []
+        ends: list[int] = []
+        outputs: list[int] = []
+        length = 0
+        for turn, (user, assistant) in enumerate(pairs):
+            asked = tok.encode(f"User: {user}\n\n")
+            length += asked.shape[0]
+            ends.append(length)
+            pieces.append(asked)
+            if turn < len(pairs) - 1:  # the last kept turn's reply is in no kept prompt
+                reply = tok.encode(f"Assistant: {assistant}\n\n")
+                length += reply.shape[0]
+                pieces.append(reply)
+            outputs.append(max(1, tok.encode(assistant).shape[0]))
+        history = frozen_tokens(np.concatenate(pieces).astype(np.uint32, copy=False))
+        histories[si] = (history, ends, outputs)
+    requests = []
+    for position, k in enumerate(order):
+        arrival, si, turn = timed[k]
+        history, ends, outputs = histories[si]
+        label = chosen[si][0]
+        requests.append(Request(position, history[: ends[turn]], arrival, outputs[turn], label))
     metadata = {
         "source": source,
         "tokenizer": tok.name,
@@ -320,6 +345,7 @@ def sharegpt(
             "max_turns": most,
             "rate": session_rate,
             "think_time": think,
+            "limit": kept,
         },
         "sessions": len(chosen),
         "conversations_read": report.elements,

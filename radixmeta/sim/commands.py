@@ -11,15 +11,16 @@ import argparse
 import decimal
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from radixmeta.errors import InvalidInputError
+from radixmeta.errors import DataNotFoundError, InvalidInputError
 from radixmeta.policies import names as policy_names
 from radixmeta.sim import report
 from radixmeta.sim.engine import CONSISTENCIES, SimConfig
@@ -138,10 +139,11 @@ def _check_rate(rate: float | None) -> float | None:
 
 
 def load_workload(args: argparse.Namespace) -> Any:
-    """The workload the arguments name, cut to ``--limit`` requests.
+    """The workload the arguments name, only its first ``--limit`` requests.
 
-    A trace reads only its first ``--limit`` records; ``--rate`` stretches a trace
-    to that mean rate (keeping its bursts and the requests that arrive together).
+    Every builder builds only what those need (a trace reads no further; see each
+    builder's ``limit``); ``--rate`` stretches a trace to that mean rate (keeping
+    its bursts and the requests that arrive together).
 
     Raises
     ------
@@ -184,11 +186,8 @@ def load_workload(args: argparse.Namespace) -> Any:
         params["rate"] = rate
     if name != "trace":
         params["seed"] = args.seed
+        params["limit"] = args.limit  # every builder builds only the first N requests
     workload = workloads.load(name, **params)
-    if args.limit is not None and args.limit < len(workload):
-        workload = workloads.Workload(
-            workload.name, list(workload)[: args.limit], {**workload.metadata, "limit": args.limit}
-        )
     if len(workload) == 0:
         msg = f"the {name} workload has no requests: nothing to simulate"
         raise InvalidInputError(msg)
@@ -892,18 +891,31 @@ def _timings(text: str) -> list[str]:
     return out
 
 
-def _trace_workloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(label, workload) for every workload the arguments name."""
+def _trace_builders(args: argparse.Namespace) -> list[tuple[str, Callable[[], Any]]]:
+    """(label, builder) for every workload the arguments name, every argument checked.
+
+    Nothing is read or built here: a bad argument is refused before any work, so
+    a typo costs no time spent building a workload first.
+    """
     from radixmeta.sim import workloads
-    from radixmeta.sim.synthetic import TRACE_SHAPES
+    from radixmeta.sim.synthetic import TRACE_SHAPES, trace_shape
 
     if args.limit is not None and args.limit < 1:
         msg = f"--limit must be >= 1 request, got {args.limit}"
         raise InvalidInputError(msg)
-    out: list[tuple[str, Any]] = []
+    if args.block_size < 1:
+        msg = f"--block-size must be >= 1 token, got {args.block_size}"
+        raise InvalidInputError(msg)
+    limit = args.limit
+    out: list[tuple[str, Callable[[], Any]]] = []
     for path in args.trace_file:
-        w = workloads.trace(path, block_size=args.block_size, limit=args.limit)
-        out.append((Path(path).stem, w))
+        if not Path(path).is_file():
+            msg = f"--trace-file {path}: no such file"
+            raise DataNotFoundError(msg)
+        out.append((
+            Path(path).stem,
+            partial(workloads.trace, path, block_size=args.block_size, limit=limit),
+        ))
     if args.synthetic:
         items = (
             [f"{name}:1" for name in TRACE_SHAPES]
@@ -917,27 +929,46 @@ def _trace_workloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
             except ValueError:
                 msg = f"--synthetic takes SHAPE:SEED items, got {item!r}"
                 raise InvalidInputError(msg) from None
-            w = workloads.synthetic(shape, seed=number, limit=args.limit)
-            out.append((f"{shape}/{number}", w))
+            if number < 0:
+                msg = f"--synthetic takes SHAPE:SEED items with a seed >= 0, got {item!r}"
+                raise InvalidInputError(msg)
+            trace_shape(shape)  # an unknown shape is refused here
+            out.append((
+                f"{shape}/{number}",
+                partial(workloads.synthetic, shape, seed=number, limit=limit),
+            ))
     for name in _list(args.extra or ""):
+        builder: Callable[[], Any]
         if name == "mmlu":
             if not args.mmlu_dir:
                 msg = "--extra mmlu needs --mmlu-dir DIR"
                 raise InvalidInputError(msg)
-            w = workloads.mmlu(args.mmlu_dir, seed=args.seed)
+            if not Path(args.mmlu_dir).is_dir():
+                msg = f"--mmlu-dir {args.mmlu_dir}: no such folder"
+                raise DataNotFoundError(msg)
+            builder = partial(workloads.mmlu, args.mmlu_dir, seed=args.seed, limit=limit)
         elif name == "gsp":
-            w = workloads.gsp(seed=args.seed)
+            builder = partial(workloads.gsp, seed=args.seed, limit=limit)
         elif name == "sharegpt":
-            w = workloads.sharegpt(path=args.sharegpt_file, seed=args.seed)
+            if args.sharegpt_file and not Path(args.sharegpt_file).is_file():
+                msg = f"--sharegpt-file {args.sharegpt_file}: no such file"
+                raise DataNotFoundError(msg)
+            builder = partial(
+                workloads.sharegpt, path=args.sharegpt_file, seed=args.seed, limit=limit
+            )
         else:
             msg = f"--extra takes some of gsp, mmlu, sharegpt, got {name!r}"
             raise InvalidInputError(msg)
-        if args.limit is not None and args.limit < len(w):
-            w = workloads.Workload(w.name, list(w)[: args.limit], dict(w.metadata))
-        out.append((name, w))
+        out.append((name, builder))
     if not out:
         msg = "reproduce traces needs a workload: --trace-file, --synthetic or --extra"
         raise InvalidInputError(msg)
+    return out
+
+
+def _trace_workloads(builders: Sequence[tuple[str, Callable[[], Any]]]) -> list[tuple[str, Any]]:
+    """(label, workload) of every builder, each refused when it has no requests."""
+    out = [(label, build()) for label, build in builders]
     for label, w in out:
         if len(w) == 0:
             msg = f"the {label} workload has no requests: nothing to simulate"
@@ -966,8 +997,16 @@ def reproduce_traces(args: argparse.Namespace) -> int:
         raise InvalidInputError(msg)
     for text in capacities:  # refused before anything runs
         traces._capacity_tokens(text, base.cost_model.kv_tokens)
-    loaded = _trace_workloads(args)
-    described = [{"label": label, "digest": w.digest(), **_describe(w)} for label, w in loaded]
+    if "default" not in chosen:
+        msg = "the grid compares default with its rivals: --policies must include default"
+        raise InvalidInputError(msg)
+    if args.jobs < 0:
+        msg = f"--jobs must be >= 0 (0: one per CPU), got {args.jobs}"
+        raise InvalidInputError(msg)
+    if args.page_size < 1:
+        msg = f"--page-size must be >= 1 token, got {args.page_size}"
+        raise InvalidInputError(msg)
+    builders = _trace_builders(args)
     settings = {
         "limit": args.limit,
         "block_size": args.block_size,
@@ -976,6 +1015,10 @@ def reproduce_traces(args: argparse.Namespace) -> int:
         "decode_model": args.decode_model,
         "seed": args.seed,
     }
+    if args.rivals_from:  # its file and settings now; its workloads' digests once built
+        traces.load_rivals(args.rivals_from, (), settings)
+    loaded = _trace_workloads(builders)
+    described = [{"label": label, "digest": w.digest(), **_describe(w)} for label, w in loaded]
     rivals = (
         None
         if not args.rivals_from

@@ -61,8 +61,14 @@ def check_load(load: object) -> float:
 def offered_work(
     tokens: Sequence[npt.NDArray[np.uint32]], outputs: Sequence[int], config: SimConfig
 ) -> npt.NDArray[np.float64]:
-    """Each request's work in seconds of one worker (module docstring). O(total tokens)."""
-    from radixmeta.cache import RadixCache
+    """Each request's work in seconds of one worker (module docstring). O(total tokens).
+
+    Each prompt's hit comes from a one-worker :class:`~radixmeta.MetaTree` of every
+    prompt before it (its full pages less the pages it newly marks): token ids
+    only, a third of the memory of a :class:`~radixmeta.RadixCache`, which keeps a
+    KV slot beside each.
+    """
+    from radixmeta.meta import MetaTree
 
     prefill = costs.prefill_model(config.prefill)
     decode = costs.decode_model(config.decode)
@@ -80,9 +86,11 @@ def offered_work(
     if capacity is not None:
         batch = max(1, min(batch, int(capacity // max(mean_seq, 1.0))))
     per_token = decode(batch, int(batch * mean_seq)) / batch
-    cache = RadixCache(config.page_size)
+    page = config.page_size
+    tree = MetaTree(page)
+    only = tree.add_worker("offered")
     for i, prompt in enumerate(tokens):
-        hit = cache.insert(prompt)
+        hit = (len(prompt) // page - tree.insert(prompt, only)) * page
         if served[i]:
             length = int(prompts[i])
             work[i] = prefill(max(length - hit, 1), length) + (int(outs[i]) - 1) * per_token

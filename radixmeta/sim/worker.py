@@ -578,7 +578,7 @@ class SimWorker:
         if not self._fuse or not n:
             return None
         remaining = self._remaining
-        steps = min(remaining[r] for r in running)
+        steps = min(map(remaining.__getitem__, running))
         capacity = self.capacity
         if capacity is not None:
             steps = min(steps, (capacity - self.used) // n)
@@ -672,8 +672,15 @@ class SimWorker:
             before = remaining[r]
             left = before - k
             remaining[r] = left
-            shrink += min(before, clip) - min(left, clip)
-            (still if left > 0 else finished).append(r)
+            # min(before, clip) - min(left, clip), without two calls for the usual case
+            if before <= clip:
+                shrink += k
+            elif left < clip:
+                shrink += clip - left
+            if left > 0:
+                still.append(r)
+            else:
+                finished.append(r)
         self._reserve -= shrink
         if self.capacity is not None:
             if self._plan_refusing:

@@ -69,6 +69,7 @@ def gsp(
     rate: float = math.inf,
     shuffle: bool = True,
     seed: int = 0,
+    limit: int | None = None,
 ) -> Workload:
     """Generated shared-prefix groups: each group's prompts share one system prompt.
 
@@ -99,6 +100,14 @@ def gsp(
         Shuffle the prompts; ``False`` keeps them group after group.
     seed : int, default 0
         Seeds everything random here.
+    limit : int, optional
+        Only the first ``limit`` requests: exactly the first ``limit`` of the
+        whole workload. Every draw is global (one draw of all system prompts, one
+        of all questions, then one permutation of every prompt), so they are all
+        made; only the prompts of the requests kept are assembled, which is the
+        cost that grows with the workload (``prompts_per_group`` copies of each
+        system prompt). Cost: the draws are ``O(num_groups x system_prompt_len +
+        requests x question_len)`` random numbers, the rest ``O(limit)``.
 
     Returns
     -------
@@ -127,6 +136,7 @@ def gsp(
         msg = f"range_ratio must be in [0, 1], got {range_ratio!r}"
         raise InvalidInputError(msg)
     arrival_rate = check_rate(rate)
+    most = None if limit is None else check_int("limit", limit, 0)
     rng = make_rng(seed)
     count = groups * per_group
 
@@ -138,35 +148,35 @@ def gsp(
     order = rng.permutation(count) if shuffle else np.arange(count)
     arrivals = poisson_arrivals(count, arrival_rate, rng)
 
-    # All prompts in one buffer, each request a view of it: one allocation, and the
-    # tokens stay contiguous for the tree.
+    # The prompts kept (all, or the first ``limit`` in arrival order) in one buffer,
+    # each request a view of it: one allocation, and the tokens stay contiguous.
+    kept = order.tolist() if most is None else order[:most].tolist()
     group_of = np.repeat(np.arange(groups), per_group)
-    prompt_lens = system_lens[group_of] + question_lens
-    buffer = np.empty(int(prompt_lens.sum()), dtype=np.uint32)
-    starts = np.concatenate(([0], np.cumsum(prompt_lens)))
     system_starts = np.concatenate(([0], np.cumsum(system_lens)))
     question_starts = np.concatenate(([0], np.cumsum(question_lens)))
-    for i in range(count):
+    prompt_lens = np.array(
+        [int(system_lens[group_of[i]] + question_lens[i]) for i in kept], dtype=np.int64
+    )
+    buffer = np.empty(int(prompt_lens.sum()), dtype=np.uint32)
+    starts = np.concatenate(([0], np.cumsum(prompt_lens)))
+    for position, i in enumerate(kept):
         g = int(group_of[i])
         s_len = int(system_lens[g])
-        at = int(starts[i])
+        at, end = int(starts[position]), int(starts[position + 1])
         buffer[at : at + s_len] = systems[system_starts[g] : system_starts[g] + s_len]
-        buffer[at + s_len : int(starts[i + 1])] = questions[
-            question_starts[i] : question_starts[i + 1]
-        ]
-    frozen_tokens(buffer)
+        buffer[at + s_len : end] = questions[question_starts[i] : question_starts[i + 1]]
+    frozen_tokens(buffer)  # before the views are taken: they inherit it
 
-    requests = []
-    for position, i in enumerate(order.tolist()):
-        requests.append(
-            Request(
-                request_id=position,
-                tokens=buffer[starts[i] : starts[i + 1]],
-                arrival=float(arrivals[position]),
-                output_len=int(output_lens[i]),
-                group=str(group_of[i]),
-            )
+    requests = [
+        Request(
+            request_id=position,
+            tokens=buffer[starts[position] : starts[position + 1]],
+            arrival=float(arrivals[position]),
+            output_len=int(output_lens[i]),
+            group=str(group_of[i]),
         )
+        for position, i in enumerate(kept)
+    ]
     metadata = {
         "source": "generated shared-prefix groups (as SGLang bench_serving)",
         "tokenizer": None,
@@ -181,6 +191,7 @@ def gsp(
             "vocab_size": vocab,
             "rate": arrival_rate,
             "shuffle": bool(shuffle),
+            "limit": most,
         },
     }
     return Workload("gsp", requests, metadata)
