@@ -4,7 +4,9 @@ dead one, while 4 threads dispatch and finish.
 
 At the end the event thread is alive, every native worker's view equals its cache (rebuilt
 from a snapshot when needed), a vLLM-format worker's view equals its cache or is flagged
-stale, no holds or load are left, and RSS grew by at most 5 % after the warm-up.
+stale, no holds or load are left, and live memory (glibc's heap in use plus Python's live
+blocks) grew by at most 5 % after the warm-up; RSS, which also counts what the allocators
+keep after a burst, is reported (see bench/chaos.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def test_sixty_seconds_of_chaos_leave_the_router_following_its_fleet(
         if row["codec"] == "native":
             assert row["equal"], row
     assert (result["in_flight"], result["holds"], result["load"]) == (0, 0, 0)
-    start, end = result["rss_kib"]
-    assert end <= start * 1.05, result["rss_kib"]
+    # What a leak would grow: live memory, glibc's heap in use plus Python's blocks (RSS
+    # also counts what the allocators keep after a backlog drained: see bench/chaos.py).
+    start, end = result["live_kib"]
+    if start is None:  # no glibc figures: RSS after a trim, at the baseline and the end
+        start, end = result["held_kib"]
+    assert end <= start * 1.05, (result["live_kib"], result["held_kib"], result["memory"])
     assert result["ok"]

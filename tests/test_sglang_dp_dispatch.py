@@ -299,3 +299,45 @@ def test_lora_requests_match_the_pages_their_adapter_stored(sgl: Any) -> None:
         d.close(timeout=5.0)
         for p in pubs:
             p.close()
+
+
+def test_dispatch_never_waits_on_a_dead_replay_socket(sgl: Any) -> None:
+    """Rank 0's replay endpoint is a port nothing listens on: the repair of its gap waits
+    out the router's replay timeout (1 s) on a repair thread, while the controller's
+    dispatches go on at once against what the router holds (issue 18: one dispatch
+    blocked 953 ms when the repair ran under the router's lock)."""
+    base, dead = free_port_block(DP), free_port_block(DP)
+    pubs = [ZmqPublisher(f"tcp://127.0.0.1:{base + r}", bind=True) for r in range(DP)]
+    log: list[tuple[int, bytes]] = []
+    c = controller(sgl, log, f'{{"publisher": "zmq", "endpoint": "tcp://*:{base}", '
+                             f'"replay_endpoint": "tcp://*:{dead}"}}')
+    d = D.install(c, c.server_args, policy="default", stale_after=5.0)
+    try:
+        time.sleep(0.3)  # the SUB sockets' connect
+        pubs[0].publish(stored(PREFIX, 1))
+        wait_held(c, 0, len(PREFIX))
+        pubs[0].publish(b"\xc1 not a batch")  # dropped and counted: the next shows a gap
+        pubs[0].publish(stored([5] * 8, 50_000))
+
+        def repairing() -> bool:
+            return bool(d.router.health()["workers"][0]["repairing"])
+
+        deadline = time.monotonic() + 10
+        while not repairing():
+            assert time.monotonic() < deadline, "the repair never started"
+            time.sleep(0.005)
+        for r in range(DP):
+            c.load_snapshot_reader.set(r, num_running_reqs=1)
+        started = time.monotonic()
+        for i in range(5):
+            c.dispatching(request(sgl, f"r{i}", [*PREFIX, i, i, i, i]))
+        took = time.monotonic() - started
+        assert repairing()  # the repair still waits on the dead socket...
+        assert took < 0.3, took  # ...and five dispatches did not (each would wait ~1 s)
+        assert [rank for rank, _ in log] == [0] * 5  # rank 0's pages, held meanwhile
+    finally:
+        started = time.monotonic()
+        d.close(timeout=5.0)
+        for p in pubs:
+            p.close()
+        assert time.monotonic() - started < 2.0  # closed mid-repair

@@ -10,7 +10,10 @@ the replayer applies at its next turn. Two kinds of question:
   the target, a snapshot is asked for;
 * a **probe**: whatever the source holds from ``from_seq`` on (``target`` None), asked
   once, to find batches lost at the tail of a burst, which show no gap until the worker
-  sends again.
+  sends again;
+* a **snapshot** alone (``snapshot_only``): a worker left stale by a repair that failed
+  asks for its snapshot again, now and then, to be rebuilt (see
+  :data:`~radixmeta.events.replay.RESNAPSHOT_DELAYS`).
 
 Nothing here raises for what a source does: a source that returns None, returns an
 :class:`Unavailable` (which says why), or raises, is a source that could not help, and
@@ -52,6 +55,8 @@ class Question:
     # asked from seq 0 first, and from here (the cursor's next) if the source no longer
     # holds seq 0 (a publisher older than its buffer: the same stream, gone on).
     resume_from: int | None = None
+    # Only the snapshot: a stale worker asking again to be rebuilt (no replay first).
+    snapshot_only: bool = False
 
 
 @dataclass
@@ -85,8 +90,10 @@ class Answer:
     rebuilt: bool = False
 
     def problem(self) -> str:
-        """Both reasons as one phrase, for a log line."""
-        parts = [f"replay: {self.replay_problem or 'it did not reach the gap'}"]
+        """Both reasons as one phrase, for a log line (only the snapshot's, if only it was)."""
+        parts = []
+        if self.replay_problem is not None or self.snapshot_problem is None:
+            parts.append(f"replay: {self.replay_problem or 'it did not reach the gap'}")
         if self.snapshot_problem is not None:
             parts.append(f"snapshot: {self.snapshot_problem}")
         return "; ".join(parts)
@@ -95,6 +102,9 @@ class Answer:
 def ask(source: Any, question: Question) -> Answer:
     """Put ``question`` to ``source`` (a ReplaySource); never raises for what it does."""
     answer = Answer()
+    if question.snapshot_only:
+        answer.snapshot, answer.snapshot_problem = _snapshot(source, question)
+        return answer
     if question.target is None:
         _probe(source, question, answer)
         return answer
@@ -143,7 +153,8 @@ def _fill(source: Any, q: Question, answer: Answer) -> None:
             return
         if got[0].seq > wanted:
             answer.replay_problem = (
-                f"the source's buffer starts at seq {got[0].seq}, after the gap's seq {wanted}"
+                f"the source's answer from seq {wanted} starts at seq {got[0].seq} (what "
+                "comes before is gone from its buffer, or did not decode)"
             )
             return
         before = last
@@ -154,7 +165,14 @@ def _fill(source: Any, q: Question, answer: Answer) -> None:
             if last is not None and position <= last:
                 continue  # sent again in a later answer
             if last is not None and record.seq > last[0] + 1:
-                break  # not contiguous: the rest is asked for again
+                # A hole inside one answer (a batch the source could not decode and
+                # skipped): asked again, the source would send the same hole.
+                answer.replay_problem = (
+                    f"the source's answer skips seq {last[0] + 1}"
+                    f"{'' if record.seq == last[0] + 2 else f'..{record.seq - 1}'} "
+                    "(gone from its buffer, or did not decode)"
+                )
+                return
             answer.records.append(record)
             last = position
         if last is not None and target[0] in (last[0], last[0] + 1):

@@ -21,7 +21,12 @@ records in order within a budget, and repairs what the transport broke:
   whose first batches were missed: the source is asked from seq 0, and if it holds
   the stream from there the worker is rebuilt from it (else, a publisher past its
   buffer, the gap is repaired as any other);
-* ``Cleared`` is a barrier: everything the worker held before it goes.
+* ``Cleared`` is a barrier: everything the worker held before it goes;
+* a worker left stale by a repair whose snapshot failed (timed out, refused) asks
+  for its snapshot again on its next record, or at the next probe if it is quiet,
+  with a bounded backoff between tries (:data:`RESNAPSHOT_DELAYS`), for as long as
+  it is stale and its source may serve one (``can_snapshot``). A try that fails
+  changes nothing: the worker goes on, stale, from where it was.
 
 The source is asked **outside every lock**, on threads of the replayer's own
 (:mod:`radixmeta.events.repair`): while a worker waits for its repair it is
@@ -54,6 +59,7 @@ from radixmeta.events._throttle import ThrottledLog
 from radixmeta.events.repair import Answer, Question, Unavailable, ask
 
 __all__ = [
+    "RESNAPSHOT_DELAYS",
     "LogSource",
     "ReplaySource",
     "ReplayStats",
@@ -70,6 +76,13 @@ _Key = tuple[str, int]
 #: Records one worker may have waiting (queued or behind its gap) before more are dropped.
 DEFAULT_MAX_PENDING = 65_536
 
+#: Seconds a stale worker waits before it asks for its snapshot again, after its first,
+#: second... failed snapshot; the last repeats. Short enough that a worker whose snapshot
+#: timed out once on a loaded machine is rebuilt within about 2 s of its next record; the
+#: 2 s ceiling bounds what a dead replay socket costs: one request every 2 s, waiting on
+#: a repair thread, never under a lock.
+RESNAPSHOT_DELAYS = (0.25, 0.5, 1.0, 2.0)
+
 
 class ReplaySource(Protocol):
     """Where a replayer asks for what it missed.
@@ -84,7 +97,9 @@ class ReplaySource(Protocol):
     names the seq it is consistent with.
 
     A source may also have ``can_replay(worker, dp_rank) -> bool``: False spares the
-    probes of a worker it could never answer for (one with no replay endpoint).
+    probes of a worker it could never answer for (one with no replay endpoint); and
+    ``can_snapshot(worker, dp_rank) -> bool``: False spares a stale worker's repeated
+    snapshot requests where none could come (a vLLM or SGLang publisher).
     """
 
     def replay(
@@ -181,6 +196,10 @@ class _Cursor:
     probed: tuple[int, int] | None = None
     # Records inside the parked answers beyond the one entry each is (see _Answered).
     answered_extra: int = 0
+    # While stale: when the snapshot may be asked for again, and the tries that failed
+    # since the worker went stale (which step of RESNAPSHOT_DELAYS comes next).
+    resnapshot_at: float = 0.0
+    resnapshot_failures: int = 0
 
     @property
     def backlog(self) -> int:
@@ -498,6 +517,11 @@ class Replayer:
         if worker is None:
             done.unknown_worker += 1
             return
+        if cursor.stale and self._resnapshot_due(cursor):
+            # Rebuilt from a snapshot if one comes; the record waits behind it (taken
+            # again after the answer, as a duplicate if the snapshot holds it).
+            self._ask(cursor, record, arrived, from_seq=record.seq, snapshot_only=True)
+            return
         position = (record.seq, record.index)
         if cursor.probed is not None and arrived is not None:
             self._judge_probe(cursor, lost=position > cursor.probed)
@@ -587,13 +611,20 @@ class Replayer:
         arrived: float | None,
         from_seq: int,
         resume_from: int | None = None,
+        *,
+        snapshot_only: bool = False,
     ) -> None:
         """Park ``record`` behind its gap and ask the source for the gap, off the lock."""
         if arrived is not None:
             cursor.waiting.appendleft(arrived)  # still waiting, behind the gap
         self._park(cursor, record, arrived, first=True)
         question = Question(
-            record.worker, record.dp_rank, from_seq, (record.seq, record.index), resume_from
+            record.worker,
+            record.dp_rank,
+            from_seq,
+            (record.seq, record.index),
+            resume_from,
+            snapshot_only=snapshot_only,
         )
         job = _Job(cursor, question)
         cursor.repair = job
@@ -632,7 +663,9 @@ class Replayer:
             cursor.ready = True
             self._ready.append(cursor)
         try:
-            if job.question.target is None:
+            if job.question.snapshot_only:
+                self._settle_resnapshot(cursor, job.question, answer)
+            elif job.question.target is None:
                 self._settle_probe(cursor, answer)
             else:
                 self._settle_gap(cursor, job.question, answer)
@@ -682,6 +715,8 @@ class Replayer:
             return
         done.stale += 1
         cursor.stale = True
+        cursor.resnapshot_failures = 0
+        cursor.resnapshot_at = time.monotonic() + RESNAPSHOT_DELAYS[0]
         assert question.target is not None
         lost = question.target[0]
         cursor.last_error = f"records before seq {lost} lost ({answer.problem()})"
@@ -701,6 +736,42 @@ class Replayer:
             if arrived is not None and cursor.waiting:
                 cursor.waiting.popleft()
             self._apply(record, worker, cursor)
+
+    def _resnapshot_due(self, cursor: _Cursor) -> bool:
+        """Whether a stale worker may ask for its snapshot again now."""
+        if self.source is None or self._closed or time.monotonic() < cursor.resnapshot_at:
+            return False
+        can_snapshot = getattr(self.source, "can_snapshot", None)
+        return can_snapshot is None or bool(can_snapshot(*cursor.key))
+
+    def _settle_resnapshot(self, cursor: _Cursor, question: Question, answer: Answer) -> None:
+        """A stale worker's snapshot asked again: rebuilt from it, or stale a while longer."""
+        worker = self._worker_named(*cursor.key)
+        if worker is None or not cursor.stale:
+            return  # removed, or rebuilt meanwhile (a Cleared record, a restart)
+        cursor.stats.replays_requested += answer.requests
+        if answer.snapshot is None:
+            failures = cursor.resnapshot_failures = cursor.resnapshot_failures + 1
+            delay = RESNAPSHOT_DELAYS[min(failures, len(RESNAPSHOT_DELAYS) - 1)]
+            cursor.resnapshot_at = time.monotonic() + delay
+            cursor.last_error = (
+                f"stale: snapshot asked again, {answer.problem()} (next try in {delay:g} s)"
+            )
+            self._log.warning(
+                (cursor.key, "resnapshot"),
+                "worker (%r, dp_rank=%d) is still stale: %s; its snapshot is asked for "
+                "again in %g s",
+                cursor.key[0],
+                cursor.key[1],
+                answer.problem(),
+                delay,
+            )
+            return  # its parked records go on, onto the stale view, as before the try
+        cursor.stats.resyncs += 1
+        self._clear(worker, cursor)
+        # The parked records at or before the stamp are duplicates (``covered``).
+        rebuilt = _Answered(answer.snapshot, covered_from=question.from_seq)
+        self._park(cursor, rebuilt, None, first=True)
 
     def _apply(self, record: Record, worker: Any, cursor: _Cursor) -> None:
         """One record into the tree; it moves the cursor whether or not it could apply."""
@@ -786,6 +857,16 @@ class Replayer:
                     continue
                 if quiet and now - cursor.heard < quiet:
                     continue
+                if cursor.stale and self._resnapshot_due(cursor):
+                    # A quiet stale worker is rebuilt without waiting for its next record.
+                    cursor.heard = now
+                    start = 0 if cursor.seq is None else cursor.seq + 1
+                    question = Question(key[0], key[1], start, None, snapshot_only=True)
+                    job = _Job(cursor, question)
+                    cursor.repair = job
+                    self._put(job)
+                    sent += 1
+                    continue
                 if can_replay is not None and not can_replay(*key):
                     continue
                 cursor.heard = now
@@ -860,7 +941,7 @@ class Replayer:
                     len(c.waiting),
                     now - c.waiting[0] if c.waiting else 0.0,
                     c.stale,
-                    c.repair is not None and c.repair.question.target is not None,
+                    c.repair is not None and _is_repair(c.repair.question),
                     None if c.last_applied is None else now - c.last_applied,
                     c.last_error,
                 )
@@ -929,6 +1010,11 @@ class Replayer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_repair(question: Question) -> bool:
+    """A gap's repair or a stale worker's snapshot (the worker is *repairing*), not a probe."""
+    return question.target is not None or question.snapshot_only
 
 
 def _follows(record: Record, cursor: _Cursor) -> bool:
@@ -1003,6 +1089,10 @@ class LogSource:
             return Unavailable(
                 f"the log no longer holds seq {from_seq} (its oldest is {exc.oldest_seq})"
             )
+
+    def can_snapshot(self, worker: str, dp_rank: int) -> bool:
+        """Whether the source has the worker's cache (it then always serves a snapshot)."""
+        return (worker, dp_rank) in self.caches
 
     def snapshot(self, worker: str, dp_rank: int) -> list[Record] | Unavailable:
         cache = self.caches.get((worker, dp_rank))

@@ -470,13 +470,21 @@ class FleetSubscription:
             and self.subscriber.replay_endpoints[index] is not None
         )
 
+    def can_snapshot(self, worker: str, dp_rank: int) -> bool:
+        """Whether a snapshot may be asked of the worker (see :class:`WorkerEndpoint`)."""
+        index = self._index.get((worker, dp_rank))
+        return index is not None and not self.subscriber.closed and self.serves_snapshots[index]
+
     def replay(self, worker: str, dp_rank: int, from_seq: int) -> list[Record] | Unavailable:
         """Ask the worker's replay socket for what it holds from ``from_seq``.
 
         Returns the records, or an :class:`Unavailable` that says why not: no replay
-        endpoint, a timeout with nothing received, a closed subscription, a batch
-        that does not decode. Waits up to ``replay_timeout``; never raises for what
-        the worker sends.
+        endpoint, a timeout with nothing received, a closed subscription, no batch
+        that decodes. A replayed batch that does not decode (the publisher kept a
+        garbage batch in its buffer) is skipped and counted as a live one is: the
+        answer goes on with the batches after it, and the hole it leaves is the
+        replayer's to repair (by a snapshot, where the worker serves one). Waits up
+        to ``replay_timeout``; never raises for what the worker sends.
         """
         index = self._index.get((worker, dp_rank))
         if index is None:
@@ -492,12 +500,16 @@ class FleetSubscription:
                 return Unavailable(f"replay timed out after {self.replay_timeout:g} s")
             return []  # the publisher holds nothing from there: complete, and empty
         out: list[Record] = []
+        unusable: list[int] = []
         for batch in result.batches:
             records = self._records(worker, dp_rank, batch.seq, batch.payload)
-            if records is None:  # it does not decode on replay either: the source cannot help
-                return Unavailable(f"replayed batch {batch.seq} is unusable (see the log)")
+            if records is None:  # counted and logged by _records; the rest may still help
+                unusable.append(batch.seq)
+                continue
             # A batch that kept no record still moves the cursor past its seq.
             out.extend(records if records else [batch_mark(worker, dp_rank, batch.seq)])
+        if not out:
+            return Unavailable(f"replayed batch {unusable[0]} is unusable (see the log)")
         return out
 
     def snapshot(self, worker: str, dp_rank: int) -> list[Record] | Unavailable:

@@ -77,10 +77,17 @@ class WorkerSources:
         return source.snapshot(worker, dp_rank)
 
     def can_replay(self, worker: str, dp_rank: int) -> bool:
+        return self._can("can_replay", worker, dp_rank)
+
+    def can_snapshot(self, worker: str, dp_rank: int) -> bool:
+        return self._can("can_snapshot", worker, dp_rank)
+
+    def _can(self, what: str, worker: str, dp_rank: int) -> bool:
+        """The serving source's ``can_replay`` or ``can_snapshot``; True if it has none."""
         source = self._of(worker, dp_rank)
         if source is None:
             return False
-        can = getattr(source, "can_replay", None)
+        can = getattr(source, what, None)
         return True if can is None else bool(can(worker, dp_rank))
 
 
