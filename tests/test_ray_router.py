@@ -313,3 +313,46 @@ def test_bad_router_settings_raise_before_anything_is_built() -> None:
     with pytest.raises(radixmeta.errors.InvalidInputError, match="expire_after"):
         router.initialize_state(expire_after=0)
     assert not hasattr(router, "router")
+
+
+class FakeReplica:
+    """What ``RadixMetaRequestRouter`` and Ray's base router read of a replica."""
+
+    def __init__(self, deployment: Any, name: str, queue: int) -> None:
+        from ray.serve.request_router import ReplicaID
+
+        self.replica_id = ReplicaID(name, deployment)
+        self.queue = queue
+        self.routing_stats = {"queue_length": queue, "kv_capacity": 100_000}
+        self.max_ongoing_requests = 8
+
+    async def get_queue_len(self, *, deadline_s: float) -> int:
+        return self.queue
+
+
+def test_fallback_ranks_follow_the_policy_scores_without_a_cluster() -> None:
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, RequestMetadata
+    from ray.serve.request_router import PendingRequest
+
+    async def ranks_of(policy: str, queues: list[int], prompt: str) -> list[str]:
+        deployment = DeploymentID("standin", "unit")
+        router = RadixMetaRequestRouter(deployment, DeploymentHandleSource.UNKNOWN)
+        router.initialize_state(policy=policy, page_size=PAGE)
+        replicas = [FakeReplica(deployment, f"r{i}", q) for i, q in enumerate(queues)]
+        router.update_replicas(replicas)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # Ray's base router probes the queue lengths
+        pending = PendingRequest(
+            args=[{"prompt": prompt}], kwargs={}, metadata=RequestMetadata("x", "rid")
+        )
+        ranks = await router.choose_replicas(replicas, pending)  # type: ignore[arg-type]
+        decision = router._open["rid"]
+        # The ranks are the decision's ranking: the chosen replica first.
+        assert [router.worker_of(r[0].replica_id) for r in ranks] == list(decision.ranking)
+        assert ranks[0][0].replica_id == router._replica_of[decision.worker]
+        return [r[0].replica_id.unique_id for r in ranks]
+
+    # least_loaded ranks by the queue lengths Ray reports; the old rule (tokens held,
+    # then this router's own requests) gave index order for a cold prompt.
+    assert asyncio.run(ranks_of("least_loaded", [3, 0, 2, 1], "cold")) == ["r1", "r3", "r2", "r0"]
+    # The default policy, a cold prompt: by the queued prefill its score reads.
+    assert asyncio.run(ranks_of("default", [0, 6, 1, 3], prefix(1))) == ["r0", "r2", "r3", "r1"]
