@@ -221,15 +221,20 @@ def test_through_serve_http_proxy_shared_prefix_sticks(http_port: int) -> None:
         assert answer["cached_tokens"] >= len(prefix(3)) // PAGE * PAGE
 
 
-def test_exact_mode_converges_across_two_router_instances(http_port: int) -> None:
-    backend = standin("exact_backend", 2, mode="exact").bind(time_scale=0.0, events=True)
-    ingress = serve.run(Ingress.bind(backend), name="exact", route_prefix="/exact")
+@pytest.mark.parametrize("codec", ["native", "vllm", "sglang"])
+def test_exact_mode_converges_across_two_router_instances(http_port: int, codec: str) -> None:
+    """Replicas publish radixmeta's own events, or vLLM's or SGLang's wire format (what
+    ``--kv-events-config`` sends): the routers decode them with that codec."""
+    app = f"exact_{codec}"
+    backend = standin(f"{app}_backend", 2, mode="exact").bind(time_scale=0.0, events=codec)
+    ingress = serve.run(Ingress.bind(backend), name=app, route_prefix=f"/{app}")
     # This process's router instance for the stand-ins, and the ingress replica's one.
-    mine = serve.get_deployment_handle("exact_backend", app_name="exact")
+    mine = serve.get_deployment_handle(f"{app}_backend", app_name=app)
     mine.remote({"prompt": "warm up"}).result()
-    (here,) = routers_of("exact")
+    (here,) = routers_of(app)
     wait_for(lambda: here.counts["subscribed"] == 2, what="both event feeds")
-    text = prefix(5) + "converge?"
+    assert {spec[2] for spec in here._feeds.values()} == {codec}
+    text = prefix(5) + f"converge, {codec}?"
     served = mine.remote({"prompt": text}).result()["replica"]
     # The ingress's router never routed this prompt: it learns it from the events only.
     there = ingress.held.remote(text).result()
@@ -356,3 +361,36 @@ def test_fallback_ranks_follow_the_policy_scores_without_a_cluster() -> None:
     assert asyncio.run(ranks_of("least_loaded", [3, 0, 2, 1], "cold")) == ["r1", "r3", "r2", "r0"]
     # The default policy, a cold prompt: by the queued prefill its score reads.
     assert asyncio.run(ranks_of("default", [0, 6, 1, 3], prefix(1))) == ["r0", "r2", "r3", "r1"]
+
+
+def test_standin_publishes_engine_formats_and_rejects_unknown_ones() -> None:
+    import zmq
+
+    from radixmeta.wire import sglang, vllm
+
+    with pytest.raises(radixmeta.errors.InvalidInputError, match="events must be"):
+        StandinReplica(events="tensorrt", name="w")
+    context = zmq.Context()
+    try:
+        for codec, decode in (("vllm", vllm.decode_batch), ("sglang", sglang.decode_batch)):
+            replica = StandinReplica(events=codec, name="w", page_size=PAGE, time_scale=0.0)
+            sub = context.socket(zmq.SUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.RCVTIMEO, 10_000)
+            try:
+                spec = replica.record_routing_stats()["kv_events"]
+                assert spec["codec"] == codec
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+                sub.connect(spec["endpoint"])
+                assert replica.engine_publisher is not None
+                assert replica.engine_publisher.wait_subscribers(1, timeout=10.0)
+                asyncio.run(replica({"prompt": "x" * (3 * PAGE + 5)}))
+                _topic, _seq, payload = sub.recv_multipart()
+                events = decode(payload).events
+                stored = [e for e in events if type(e).__name__ == "BlockStored"]
+                assert sum(len(e.block_hashes) for e in stored) == 3
+            finally:
+                sub.close(linger=0)
+                replica.__del__()
+    finally:
+        context.term()
