@@ -103,12 +103,16 @@ class StandinReplica:
         self.prefill_time = costs.prefill_model(prefill_model)
         self.time_scale = time_scale
         self.codec = codec
-        sizes = {"capacity": 1 << 20, "max_tokens": 1 << 26}
         if codec in _ENGINE_ENCODERS:  # engines name pages by block hashes
-            hashing = "sglang" if codec == "sglang" else "chain"
-            self.log = EventLog(worker=self.name, form="blocks", hash=hashing, **sizes)
+            self.log = EventLog(
+                worker=self.name,
+                capacity=1 << 20,
+                max_tokens=1 << 26,
+                form="blocks",
+                hash="sglang" if codec == "sglang" else "chain",
+            )
         else:
-            self.log = EventLog(worker=self.name, **sizes)
+            self.log = EventLog(worker=self.name, capacity=1 << 20, max_tokens=1 << 26)
         self.cache = RadixCache(page_size, capacity=capacity, event_log=self.log)
         self.publisher = (
             LogPublisher(self.cache, _LOOPBACK, replay_endpoint=_LOOPBACK)
