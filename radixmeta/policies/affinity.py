@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import (
     LOAD_MEASURES,
     ReportedExtra,
@@ -23,9 +23,6 @@ from radixmeta.policies._params import (
 )
 from radixmeta.policies._ranking import in_order
 from radixmeta.policies.base import Choice, Request, View
-
-if TYPE_CHECKING:
-    from radixmeta._workers import WorkerId
 
 __all__ = ["CACHE_AWARE_PRESETS", "CacheAware", "LongestPrefix"]
 

@@ -9,8 +9,8 @@ prefix-aware policy is compared with: with ample cache they are close to the bes
 from __future__ import annotations
 
 from random import Random as _Rng
-from typing import TYPE_CHECKING
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import (
     LOAD_MEASURES,
     ReportedExtra,
@@ -22,9 +22,6 @@ from radixmeta.policies._params import (
 )
 from radixmeta.policies._ranking import generator_copy
 from radixmeta.policies.base import Choice, Request, View
-
-if TYPE_CHECKING:
-    from radixmeta._workers import WorkerId
 
 __all__ = ["LeastLoaded", "PowerOfTwo", "Random", "RoundRobin"]
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import ReportedExtra, check_number, new_choice
 from radixmeta.policies.base import Choice, EngineLoad, Request, View
 from radixmeta.policies.costs import (
@@ -38,9 +39,6 @@ from radixmeta.policies.costs import (
     model_name,
     prefill_model,
 )
-
-if TYPE_CHECKING:
-    from radixmeta._workers import WorkerId
 
 __all__ = ["CHUNK_TOKENS", "CLIP_OUTPUT_TOKENS", "DefaultPolicy"]
 

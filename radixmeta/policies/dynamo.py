@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import math
 from random import Random as _Rng
-from typing import TYPE_CHECKING
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import check_number, check_seed
 from radixmeta.policies._ranking import first_then, generator_copy
 from radixmeta.policies.base import Choice, Request, View
-
-if TYPE_CHECKING:
-    from radixmeta._workers import WorkerId
 
 __all__ = ["DynamoCost"]
 
