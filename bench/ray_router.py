@@ -362,8 +362,8 @@ def spread(values: list[float], scale: float, digits: int) -> str:
 def table(cells: list[dict[str, Any]], caption: str) -> str:
     """One line per (workload, replicas, router): each figure's mean over the repeats
     that completed (``~``: half their range), and how many completed."""
-    head = (f"{'workload':<9}{'rep':>3} {'router':<16}{'n':>2}{'hit %':>11}{'p50 s':>8}"
-            f"{'p99 s':>12}{'route ms':>9}{'busy %':>7}")
+    head = (f"{'workload':<9}{'rep':>3} {'router':<16}{'n':>2}{'hit %':>10}{'p50 s':>10}"
+            f"{'p99 s':>10}{'route ms':>12}{'busy %':>7}")
     lines = [caption, "", head, "-" * len(head)] if caption else [head]
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for c in cells:
@@ -379,10 +379,10 @@ def table(cells: list[dict[str, Any]], caption: str) -> str:
         lines.append(
             start
             + f"{len(done):>2}"
-            + f"{spread([c['hit_rate'] for c in done], 100, 1):>11}"
-            + f"{spread(p50, 1, 2) if p50 else '-':>8}"
-            + f"{spread(p99, 1, 2) if p99 else '-':>12}"
-            + f"{spread([c['route_seconds_per_request'] for c in done], 1000, 2):>9}"
+            + f"{spread([c['hit_rate'] for c in done], 100, 1):>10}"
+            + f"{spread(p50, 1, 2) if p50 else '-':>10}"
+            + f"{spread(p99, 1, 2) if p99 else '-':>10}"
+            + f"{spread([c['route_seconds_per_request'] for c in done], 1000, 2):>12}"
             + f"{spread([c['busiest_share'] for c in done], 100, 0):>7}"
         )
     return "\n".join(lines)
@@ -485,7 +485,12 @@ def main() -> None:
     p.add_argument("--cell-timeout", type=float, default=300.0, help="seconds per cell")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path)
+    p.add_argument("--table-from", type=Path,
+                   help="print the table of a JSON this bench wrote, and run nothing")
     args = p.parse_args()
+    if args.table_from is not None:
+        print(table(json.loads(args.table_from.read_text())["cells"], ""))
+        return
 
     builders = {"gsp": gsp_prompts, "evict": gsp_prompts, "mooncake": mooncake_prompts}
     prompts: dict[str, list[str]] = {}
