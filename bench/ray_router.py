@@ -11,6 +11,9 @@ the uncached tokens) at 4 and 8 replicas under one router:
 ``ray-tuned``       the same with ``--tuned-imbalance`` / ``--tuned-match``
 ``pow2``            Ray Serve's default power-of-two-choices router
 ``radixmeta``       ``RadixMetaRequestRouter``, approximate mode (its default)
+``radixmeta-tuned`` the same with ``policy_params`` from ``--tuned-params`` (JSON;
+                    default ``{"work_weight": 3.0}``: a recompute weighs more
+                    against a queue, the hit-rate-first setting)
 ``radixmeta-exact`` ``RadixMetaRequestRouter``, exact mode (the replicas publish
                     their KV events on 127.0.0.1)
 
@@ -20,9 +23,13 @@ per cell, in workload order) on three workloads:
 ``gsp``       generated shared-prefix groups (``radixmeta.sim.workloads.gsp``), each
               token id one printable character, so a prompt's characters (what Ray's
               router matches) are its bytes (what the stand-ins and radixmeta match)
-``mooncake``  the first ``--requests`` requests of the Mooncake conversation trace, each
-              512-token hash block ``--block-chars`` characters (so prompts are
-              512 / block-chars times shorter than the trace's)
+``mooncake``  the first ``--mooncake-requests`` (default ``--requests``) requests of the
+              Mooncake conversation trace in trace order (the closed-loop client
+              ignores its timestamps: time is compressed to what the replicas
+              serve), each 512-token hash block ``--block-chars`` characters (so
+              prompts are 512 / block-chars times shorter than the trace's); the
+              trace's first 300 requests share little beyond its common first
+              block, its first 1,000 to 2,000 reuse conversation turns
 ``evict``     ``gsp`` again, on replicas that cache only ``--evict-capacity`` tokens:
               an approximate tree that never forgets drifts from the caches
 
@@ -32,6 +39,9 @@ prefill slot plus the prefill, as each replica timed it), the client's end-to-en
 latency (JSON only) and the routing cost per request inside Serve (wall time in
 ``choose_replicas`` plus ``on_request_routed``, measured by a thin subclass of each
 router). The machine is shared and small: compare routers within one run.
+``--repeats N`` runs every cell N times, the repeats interleaved (all cells once, then
+again), and the table shows each figure's mean and, after ``~``, half its range
+(max - min) / 2; the JSON keeps every run.
 
     python bench/ray_router.py --requests 300 --json-out ray_router.json
     python bench/ray_router.py --replicas 4 --workloads gsp --routers ray,radixmeta
@@ -72,7 +82,7 @@ from radixmeta.integrations.ray import RadixMetaRequestRouter, StandinReplica  #
 from radixmeta.sim.workloads import gsp  # noqa: E402
 
 TRACE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
-ROUTERS = ("ray", "ray-tuned", "pow2", "radixmeta", "radixmeta-exact")
+ROUTERS = ("ray", "ray-tuned", "pow2", "radixmeta", "radixmeta-tuned", "radixmeta-exact")
 WORKLOADS = ("gsp", "mooncake", "evict")
 FIRST_CHAR = 33  # token id t of a gsp prompt is the character chr(33 + t): '!' .. '~'
 VOCAB = 94
@@ -133,12 +143,14 @@ def router_config(name: str, args: argparse.Namespace) -> RequestRouterConfig:
         }
     elif name == "pow2":
         cls, kwargs = TimedPowerOfTwo, {}
-    elif name in ("radixmeta", "radixmeta-exact"):
+    elif name in ("radixmeta", "radixmeta-tuned", "radixmeta-exact"):
         cls = TimedRadixMeta
         kwargs = {
             "page_size": args.page_size,
             "mode": "exact" if name == "radixmeta-exact" else "approximate",
         }
+        if name == "radixmeta-tuned":
+            kwargs["policy_params"] = args.tuned_params
     else:
         msg = f"unknown router {name!r} (one of {', '.join(ROUTERS)})"
         raise SystemExit(msg)
@@ -200,7 +212,7 @@ def mooncake_prompts(args: argparse.Namespace) -> list[str]:
     prompts = []
     with path.open() as f:
         for line in f:
-            if len(prompts) >= args.requests:
+            if len(prompts) >= (args.mooncake_requests or args.requests):
                 break
             row = json.loads(line)
             text = "".join(block_text(h, args.block_chars) for h in row["hash_ids"])
@@ -256,8 +268,8 @@ def kill_tree_actor(app: str) -> None:
 
 
 def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
-             args: argparse.Namespace) -> dict[str, Any]:
-    app = f"{workload}-{replicas}-{router}"
+             args: argparse.Namespace, repeat: int = 0) -> dict[str, Any]:
+    app = f"{workload}-{replicas}-{router}-{repeat}"
     capacity = args.evict_capacity if workload == "evict" else args.capacity
     exact = router == "radixmeta-exact"
     deployment = serve.deployment(
@@ -269,7 +281,7 @@ def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
         request_router_config=router_config(router, args),
     )
     cell: dict[str, Any] = {"workload": workload, "replicas": replicas, "router": router,
-                            "capacity": capacity, "requests": len(prompts)}
+                            "repeat": repeat, "capacity": capacity, "requests": len(prompts)}
     started = time.perf_counter()
     try:
         handle = serve.run(
@@ -338,21 +350,40 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def spread(values: list[float], scale: float, digits: int) -> str:
+    """``mean`` of ``values`` times ``scale``, and ``~half range`` when there are several."""
+    mean = scale * sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    half = scale * (max(values) - min(values)) / 2
+    return f"{mean:.{digits}f}~{half:.{digits}f}"
+
+
 def table(cells: list[dict[str, Any]], caption: str) -> str:
-    head = (f"{'workload':<9}{'rep':>3}  {'router':<16}{'hit %':>7}{'p50 s':>8}{'p99 s':>8}"
-            f"{'route ms':>10}{'busiest %':>11}")
-    lines = [caption, "", head, "-" * len(head)]
+    """One line per (workload, replicas, router): each figure's mean over the repeats
+    that completed (``~``: half their range), and how many completed."""
+    head = (f"{'workload':<9}{'rep':>3} {'router':<16}{'n':>2}{'hit %':>10}{'p50 s':>10}"
+            f"{'p99 s':>10}{'route ms':>12}{'busy %':>7}")
+    lines = [caption, "", head, "-" * len(head)] if caption else [head]
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for c in cells:
-        start = f"{c['workload']:<9}{c['replicas']:>3}  {c['router']:<16}"
-        if "error" in c:
-            lines.append(start + f"failed: {c['error']}"[:80 - len(start)])
+        groups.setdefault((c["workload"], c["replicas"], c["router"]), []).append(c)
+    for (workload, replicas, router), runs in groups.items():
+        start = f"{workload:<9}{replicas:>3} {router:<16}"
+        done = [c for c in runs if "error" not in c]
+        if not done:
+            lines.append(start + f"failed: {runs[0]['error']}"[:80 - len(start)])
             continue
+        p50 = [c["standin_p50"] for c in done if c["standin_p50"] is not None]
+        p99 = [c["standin_p99"] for c in done if c["standin_p99"] is not None]
         lines.append(
             start
-            + f"{100 * c['hit_rate']:>7.1f}{fmt(c['standin_p50'], '.3f'):>8}"
-            + f"{fmt(c['standin_p99'], '.3f'):>8}"
-            + f"{1000 * c['route_seconds_per_request']:>10.2f}"
-            + f"{100 * c['busiest_share']:>11.0f}"
+            + f"{len(done):>2}"
+            + f"{spread([c['hit_rate'] for c in done], 100, 1):>10}"
+            + f"{spread(p50, 1, 2) if p50 else '-':>10}"
+            + f"{spread(p99, 1, 2) if p99 else '-':>10}"
+            + f"{spread([c['route_seconds_per_request'] for c in done], 1000, 2):>12}"
+            + f"{spread([c['busiest_share'] for c in done], 100, 0):>7}"
         )
     return "\n".join(lines)
 
@@ -387,14 +418,23 @@ def report(cells: list[dict[str, Any]], reference: dict[str, float],
     load = os.getloadavg()[0]
     caption = textwrap.fill(
         f"Ray Serve routers, stand-in replicas ({args.requests} requests a cell, "
-        f"{args.concurrency} in flight; shared 2-core VM, load {load:.1f} at the end: "
+        f"mooncake {args.mooncake_requests or args.requests}; {args.concurrency} in "
+        f"flight; {args.repeats} repeat(s); shared 2-core VM, load {load:.1f} at the end: "
         "reduced scale, compare within a run). Best hit rate (one unbounded cache): "
         + ", ".join(f"{w} {100 * h:.1f} %" for w, h in reference.items())
         + ". p50/p99: stand-in queue wait + prefill, seconds; route ms: choose_replicas"
-        " + on_request_routed per request.",
+        " + on_request_routed per request; busy %: the busiest replica's share; n: runs"
+        " completed; a~b: mean a, half range b.",
         width=78,
     )
     print(table(cells, caption), flush=True)
+    write_json(cells, reference, args)
+
+
+def write_json(cells: list[dict[str, Any]], reference: dict[str, float],
+               args: argparse.Namespace) -> None:
+    """Every cell so far (rewritten after each cell, so a run cut short keeps its figures)."""
+    load = os.getloadavg()[0]
     if args.json_out is not None:
         doc = {
             "bench": "ray_router",
@@ -430,6 +470,12 @@ def main() -> None:
     p.add_argument("--gsp-system", type=int, default=1024, help="system prompt tokens")
     p.add_argument("--gsp-question", type=int, default=64, help="question tokens")
     p.add_argument("--mooncake", default=str(TRACE), help="the conversation trace")
+    p.add_argument("--mooncake-requests", type=int, default=None,
+                   help="requests of the Mooncake slice (default: --requests)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of every cell, interleaved (default 1)")
+    p.add_argument("--tuned-params", type=json.loads, default={"work_weight": 3.0},
+                   help='radixmeta-tuned\'s policy_params, JSON (default {"work_weight": 3})')
     p.add_argument("--block-chars", type=int, default=64,
                    help="characters per 512-token hash block (default 64)")
     p.add_argument("--tuned-imbalance", type=float, default=4.0,
@@ -439,7 +485,12 @@ def main() -> None:
     p.add_argument("--cell-timeout", type=float, default=300.0, help="seconds per cell")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path)
+    p.add_argument("--table-from", type=Path,
+                   help="print the table of a JSON this bench wrote, and run nothing")
     args = p.parse_args()
+    if args.table_from is not None:
+        print(table(json.loads(args.table_from.read_text())["cells"], ""))
+        return
 
     builders = {"gsp": gsp_prompts, "evict": gsp_prompts, "mooncake": mooncake_prompts}
     prompts: dict[str, list[str]] = {}
@@ -457,13 +508,15 @@ def main() -> None:
              configure_logging=False, runtime_env={"env_vars": env})
     try:
         serve.start(proxy_location="Disabled")
-        for w, ps in prompts.items():
-            for n in args.replicas:
-                for r in args.routers:
-                    cell = run_cell(w, ps, n, r, args)
-                    cells.append(cell)
-                    print(table([cell], "").strip().splitlines()[-1], file=sys.stderr,
-                          flush=True)
+        for repeat in range(args.repeats):
+            for w, ps in prompts.items():
+                for n in args.replicas:
+                    for r in args.routers:
+                        cell = run_cell(w, ps, n, r, args, repeat)
+                        cells.append(cell)
+                        write_json(cells, reference, args)
+                        print(f"[{repeat}] " + table([cell], "").splitlines()[-1],
+                              file=sys.stderr, flush=True)
         report(cells, reference, args)
     finally:
         try:

@@ -221,15 +221,20 @@ def test_through_serve_http_proxy_shared_prefix_sticks(http_port: int) -> None:
         assert answer["cached_tokens"] >= len(prefix(3)) // PAGE * PAGE
 
 
-def test_exact_mode_converges_across_two_router_instances(http_port: int) -> None:
-    backend = standin("exact_backend", 2, mode="exact").bind(time_scale=0.0, events=True)
-    ingress = serve.run(Ingress.bind(backend), name="exact", route_prefix="/exact")
+@pytest.mark.parametrize("codec", ["native", "vllm", "sglang"])
+def test_exact_mode_converges_across_two_router_instances(http_port: int, codec: str) -> None:
+    """Replicas publish radixmeta's own events, or vLLM's or SGLang's wire format (what
+    ``--kv-events-config`` sends): the routers decode them with that codec."""
+    app = f"exact_{codec}"
+    backend = standin(f"{app}_backend", 2, mode="exact").bind(time_scale=0.0, events=codec)
+    ingress = serve.run(Ingress.bind(backend), name=app, route_prefix=f"/{app}")
     # This process's router instance for the stand-ins, and the ingress replica's one.
-    mine = serve.get_deployment_handle("exact_backend", app_name="exact")
+    mine = serve.get_deployment_handle(f"{app}_backend", app_name=app)
     mine.remote({"prompt": "warm up"}).result()
-    (here,) = routers_of("exact")
+    (here,) = routers_of(app)
     wait_for(lambda: here.counts["subscribed"] == 2, what="both event feeds")
-    text = prefix(5) + "converge?"
+    assert {spec[2] for spec in here._feeds.values()} == {codec}
+    text = prefix(5) + f"converge, {codec}?"
     served = mine.remote({"prompt": text}).result()["replica"]
     # The ingress's router never routed this prompt: it learns it from the events only.
     there = ingress.held.remote(text).result()
@@ -313,3 +318,79 @@ def test_bad_router_settings_raise_before_anything_is_built() -> None:
     with pytest.raises(radixmeta.errors.InvalidInputError, match="expire_after"):
         router.initialize_state(expire_after=0)
     assert not hasattr(router, "router")
+
+
+class FakeReplica:
+    """What ``RadixMetaRequestRouter`` and Ray's base router read of a replica."""
+
+    def __init__(self, deployment: Any, name: str, queue: int) -> None:
+        from ray.serve.request_router import ReplicaID
+
+        self.replica_id = ReplicaID(name, deployment)
+        self.queue = queue
+        self.routing_stats = {"queue_length": queue, "kv_capacity": 100_000}
+        self.max_ongoing_requests = 8
+
+    async def get_queue_len(self, *, deadline_s: float) -> int:
+        return self.queue
+
+
+def test_fallback_ranks_follow_the_policy_scores_without_a_cluster() -> None:
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, RequestMetadata
+    from ray.serve.request_router import PendingRequest
+
+    async def ranks_of(policy: str, queues: list[int], prompt: str) -> list[str]:
+        deployment = DeploymentID("standin", "unit")
+        router = RadixMetaRequestRouter(deployment, DeploymentHandleSource.UNKNOWN)
+        router.initialize_state(policy=policy, page_size=PAGE)
+        replicas = [FakeReplica(deployment, f"r{i}", q) for i, q in enumerate(queues)]
+        router.update_replicas(replicas)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # Ray's base router probes the queue lengths
+        pending = PendingRequest(
+            args=[{"prompt": prompt}], kwargs={}, metadata=RequestMetadata("x", "rid")
+        )
+        ranks = await router.choose_replicas(replicas, pending)  # type: ignore[arg-type]
+        decision = router._open["rid"]
+        # The ranks are the decision's ranking: the chosen replica first.
+        assert [router.worker_of(r[0].replica_id) for r in ranks] == list(decision.ranking)
+        assert ranks[0][0].replica_id == router._replica_of[decision.worker]
+        return [r[0].replica_id.unique_id for r in ranks]
+
+    # least_loaded ranks by the queue lengths Ray reports; the old rule (tokens held,
+    # then this router's own requests) gave index order for a cold prompt.
+    assert asyncio.run(ranks_of("least_loaded", [3, 0, 2, 1], "cold")) == ["r1", "r3", "r2", "r0"]
+    # The default policy, a cold prompt: by the queued prefill its score reads.
+    assert asyncio.run(ranks_of("default", [0, 6, 1, 3], prefix(1))) == ["r0", "r2", "r3", "r1"]
+
+
+def test_standin_publishes_engine_formats_and_rejects_unknown_ones() -> None:
+    import zmq
+
+    from radixmeta.wire import sglang, vllm
+
+    with pytest.raises(radixmeta.errors.InvalidInputError, match="events must be"):
+        StandinReplica(events="tensorrt", name="w")
+    context = zmq.Context()
+    try:
+        for codec, decode in (("vllm", vllm.decode_batch), ("sglang", sglang.decode_batch)):
+            replica = StandinReplica(events=codec, name="w", page_size=PAGE, time_scale=0.0)
+            sub = context.socket(zmq.SUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.RCVTIMEO, 10_000)
+            try:
+                spec = replica.record_routing_stats()["kv_events"]
+                assert spec["codec"] == codec
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+                sub.connect(spec["endpoint"])
+                assert replica.engine_publisher is not None
+                assert replica.engine_publisher.wait_subscribers(1, timeout=10.0)
+                asyncio.run(replica({"prompt": "x" * (3 * PAGE + 5)}))
+                _topic, _seq, payload = sub.recv_multipart()
+                events = decode(payload).events
+                stored = [e for e in events if type(e).__name__ == "BlockStored"]
+                assert sum(len(e.block_hashes) for e in stored) == 3
+            finally:
+                sub.close(linger=0)
+                replica.__del__()
+    finally:
+        context.term()

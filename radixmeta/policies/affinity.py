@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import (
     LOAD_MEASURES,
     ReportedExtra,
@@ -20,6 +21,7 @@ from radixmeta.policies._params import (
     loads_of,
     new_choice,
 )
+from radixmeta.policies._ranking import in_order
 from radixmeta.policies.base import Choice, Request, View
 
 __all__ = ["CACHE_AWARE_PRESETS", "CacheAware", "LongestPrefix"]
@@ -37,6 +39,17 @@ def _best_match(lengths: Sequence[int], loads: Sequence[float]) -> int:
             top = length
             low = loads[i]
     return best
+
+
+def _by_match(view: View, loads: Sequence[float]) -> list[WorkerId]:
+    """Every worker by ``_best_match``'s keys: longest match, then least loaded, then first."""
+    lengths = view.lengths
+    return in_order(view.workers, range(len(lengths)), lambda i: (-lengths[i], loads[i]))
+
+
+def _by_load(view: View, loads: Sequence[float]) -> list[WorkerId]:
+    """Every worker by load, least first, ties in view order (as ``extremes`` takes the first)."""
+    return in_order(view.workers, range(len(loads)), loads.__getitem__)
 
 
 class LongestPrefix:
@@ -109,6 +122,13 @@ class LongestPrefix:
         reason = "affinity" if matched else "balance"
         detail = (("matched", float(matched)), ("load", float(loads[i])))
         return new_choice(Choice, (view.workers[i], reason, detail))
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """Every worker by match length, longest first, then by load (``choose``'s keys).
+
+        O(workers log workers).
+        """
+        return _by_match(view, loads_of(view, self._by_tokens))
 
 
 #: sgl-router's two sets of defaults, as ``(cache_threshold, balance_abs_threshold,
@@ -217,3 +237,22 @@ class CacheAware:
             return new_choice(Choice, (view.workers[i], "affinity", (("match_rate", rate),)))
         detail = (("match_rate", rate), ("load", float(low)))
         return new_choice(Choice, (view.workers[low_at], "miss", detail))
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """Every worker in the order of the rule's branch for this view.
+
+        Imbalanced pool, or a match rate at most ``cache_threshold``: by load, least
+        first (ties in view order). Otherwise by match length, longest first, then by
+        load. O(workers log workers).
+        """
+        extra = self._extra(view.reported)
+        loads = view.requests if extra is None else fresh_loads(view, False, extra)
+        low, _, high, _, _ = extremes(loads)
+        if high - low > self.balance_abs_threshold and high > self.balance_rel_threshold * low:
+            return _by_load(view, loads)
+        size = len(request.tokens)
+        top = max(view.lengths)
+        rate = top / size if size else 0.0
+        if rate > self.cache_threshold:
+            return _by_match(view, loads)
+        return _by_load(view, loads)

@@ -214,7 +214,16 @@ class Policy(Protocol):
       dropped with its worker, just before the router releases it: if it raises,
       ``finish`` keeps the request in flight, while ``expire`` and
       ``remove_worker`` release it all the same and then raise
-      :class:`~radixmeta.errors.HookError`.
+      :class:`~radixmeta.errors.HookError`;
+    - ``rank(request, view) -> list[WorkerId]``: every worker of ``view``, best
+      first by the policy's own scores, the first being what ``choose`` would pick
+      for the same view in the policy's current state; it must not change that
+      state (a policy that draws at random draws from a copy of its generator).
+      ``Router.dispatch(..., ranked=True)`` calls it just before ``choose`` and
+      keeps the order as ``Decision.ranking``, the chosen worker first (the
+      fallbacks a caller tries when that worker turns the request away). Without
+      it, the router ranks the others by the tokens of the prompt they hold, then
+      by their requests in flight. Every built-in policy has one.
     """
 
     def choose(self, request: Request, view: View) -> WorkerId | Choice:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from random import Random as _Rng
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import (
     LOAD_MEASURES,
     ReportedExtra,
@@ -19,6 +20,7 @@ from radixmeta.policies._params import (
     fresh_loads,
     new_choice,
 )
+from radixmeta.policies._ranking import generator_copy
 from radixmeta.policies.base import Choice, Request, View
 
 __all__ = ["LeastLoaded", "PowerOfTwo", "Random", "RoundRobin"]
@@ -56,6 +58,15 @@ class RoundRobin:
         self._turn += 1
         return Choice(worker, "round_robin")
 
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """Every worker in the order of the coming turns, the one whose turn it is first.
+
+        O(workers); changes nothing (the turn moves on in ``choose`` only).
+        """
+        workers = view.workers
+        turn = self._turn % len(workers)
+        return [*workers[turn:], *workers[:turn]]
+
 
 class Random:
     """Each request to a worker drawn uniformly, from the policy's own seeded generator.
@@ -84,6 +95,19 @@ class Random:
         """Return a uniformly drawn worker (reason ``"random"``)."""
         workers = view.workers
         return Choice(workers[self._rng.randrange(len(workers))], "random")
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """The worker ``choose`` will draw, then the others in an order drawn after it.
+
+        Drawn from a copy of the policy's generator, so ``choose`` then draws the same
+        worker. O(workers).
+        """
+        workers = view.workers
+        rng = generator_copy(self._rng)
+        first = rng.randrange(len(workers))
+        rest = [i for i in range(len(workers)) if i != first]
+        rng.shuffle(rest)
+        return [workers[first], *(workers[i] for i in rest)]
 
 
 class LeastLoaded:
@@ -122,6 +146,15 @@ class LeastLoaded:
         loads = fresh_loads(view, self._by_tokens, self._extra(view.reported))
         low, i, _, _, _ = extremes(loads)
         return new_choice(Choice, (view.workers[i], "balance", (("load", float(low)),)))
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """Every worker by the load ``choose`` reads, least first; ties in view order.
+
+        O(workers log workers).
+        """
+        loads = fresh_loads(view, self._by_tokens, self._extra(view.reported))
+        workers = view.workers
+        return [workers[i] for i in sorted(range(len(workers)), key=loads.__getitem__)]
 
 
 class PowerOfTwo:
@@ -179,3 +212,26 @@ class PowerOfTwo:
         if b < a:
             return Choice(workers[second], "balance", (("load", float(b)), ("other", float(a))))
         return Choice(workers[first], "balance", (("load", float(a)), ("other", float(b))))
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """The two workers ``choose`` will draw (the one it takes first), then the rest by load.
+
+        The draw is made from a copy of the policy's generator, so ``choose`` then
+        draws the same two. The rest are ordered by the same load measure, least
+        first, ties in view order. O(workers log workers).
+        """
+        workers = view.workers
+        n = len(workers)
+        if n == 1:
+            return [workers[0]]
+        rng = generator_copy(self._rng)
+        first = rng.randrange(n)
+        second = rng.randrange(n - 1)
+        if second >= first:
+            second += 1
+        loads = fresh_loads(view, self._by_tokens, self._extra(view.reported))
+        if loads[second] < loads[first]:
+            first, second = second, first
+        rest = [i for i in range(n) if i != first and i != second]
+        rest.sort(key=loads.__getitem__)
+        return [workers[first], workers[second], *(workers[i] for i in rest)]

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import ReportedExtra, check_number, new_choice
 from radixmeta.policies.base import Choice, EngineLoad, Request, View
 from radixmeta.policies.costs import (
@@ -509,6 +510,54 @@ class DefaultPolicy:
             ("best_matched", float(top)),
         )
         return new_choice(Choice, (workers[best], reason, detail))
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """Every worker by ``choose``'s score, the one ``choose`` would take first.
+
+        The same scans as ``choose`` (the loaded one when engines reported or the
+        router expects evictions, else the general one, which orders alike what
+        the lean scan would), over the same rotation, repeated on the workers
+        not ranked yet: each turn takes the best of the rest, ties broken as
+        ``choose`` breaks them. Nothing changes (the rotation moves on in
+        ``choose`` only). O(workers^2), for a caller that asks for fallbacks.
+        """
+        workers = view.workers
+        n = len(workers)
+        turn = self._turn % n
+        order = [*range(turn, n), *range(turn)]
+        size = len(request.tokens)
+        output = request.expected_output
+        seen = self._outputs
+        if output is not None:  # choose counts the request's output before it scans
+            seen[0] += 1
+            seen[1] += output
+        try:
+            reported = view.reported
+            extra = self._extra(reported)
+            behind = _behind(reported, view.requests)
+            expected = view.lengths if view.expected is None else view.expected
+            loaded = extra is not None or behind is not None or expected is not view.lengths
+            ranked: list[int] = []
+            while order:
+                if loaded:
+                    best = self._loaded(
+                        tuple(order), size, expected, view.host_lengths, view.prefill_tokens,
+                        view.decode_tokens, view.requests, view.capacities, extra, behind,
+                        reported, output,
+                    )[0]
+                else:
+                    best = self._general(
+                        tuple(order), size, view.lengths, view.host_lengths,
+                        view.prefill_tokens, view.decode_tokens, view.requests,
+                        view.capacities,
+                    )[0]
+                ranked.append(best)
+                order.remove(best)
+        finally:
+            if output is not None:
+                seen[0] -= 1
+                seen[1] -= output
+        return [workers[i] for i in ranked]
 
     def _loaded(
         self,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 from random import Random as _Rng
 
+from radixmeta._workers import WorkerId
 from radixmeta.policies._params import check_number, check_seed
+from radixmeta.policies._ranking import first_then, generator_copy
 from radixmeta.policies.base import Choice, Request, View
 
 __all__ = ["DynamoCost"]
@@ -101,6 +103,27 @@ class DynamoCost:
             ("decode_blocks", view.decode_tokens[i] / block + -(-size // block)),
         )
         return Choice(view.workers[i], "cost", detail)
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """The worker ``choose`` will take, then the others by cost, cheapest first.
+
+        ``choose``'s draw (a tie, or the softmax) is made from a copy of the policy's
+        generator, so the ``choose`` that follows draws the same worker; the others
+        are in cost order, ties in view order. O(workers log workers).
+        """
+        costs = self.costs(request, view)
+        low = min(costs)
+        own = self._rng
+        self._rng = generator_copy(own)  # _sample draws from self._rng
+        try:
+            if self.temperature == 0.0:
+                ties = [i for i, cost in enumerate(costs) if cost == low]
+                first = ties[0] if len(ties) == 1 else ties[self._rng.randrange(len(ties))]
+            else:
+                first = self._sample(costs, low)
+        finally:
+            self._rng = own
+        return first_then(view.workers, first, costs.__getitem__)
 
     def _sample(self, costs: list[float], low: float) -> int:
         spread = max(costs) - low

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError
 from radixmeta.policies._params import check_number
+from radixmeta.policies._ranking import in_order
 from radixmeta.policies.base import Choice, Request, View
 from radixmeta.policies.costs import (
     DEFAULT_PREFILL,
@@ -287,6 +288,36 @@ class PrebleE2:
             ("prefill", parts[2]),
         )
         return Choice(workers[best], "exploit" if exploit else "explore", detail)
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """The workers ``choose`` may take, by its cost, then every other worker by the same cost.
+
+        Exploiting, the candidates are the group's allocation (or the workers holding
+        the match); exploring, every worker. Ties keep view order, as ``choose``
+        keeps the first of equal costs. Like ``choose`` it first drops the events
+        older than the window (what ``choose`` will drop too); it records no
+        decision. O(workers log workers) plus the predicted victims.
+        """
+        self._expire(self._clock())
+        size = len(request.tokens)
+        lengths = view.lengths
+        workers = view.workers
+        matched = max(lengths)
+        times: dict[int, float] = {}
+        costs = []
+        for i in range(len(workers)):
+            load, evict, own = self._cost(i, view, size, times)
+            costs.append(load + evict + own)
+        if size - matched < matched:
+            candidates = self._candidates(view, matched)
+        else:
+            candidates = list(range(len(workers)))
+        inside = set(candidates)
+        outside = [i for i in range(len(workers)) if i not in inside]
+        return [
+            *in_order(workers, candidates, costs.__getitem__),
+            *in_order(workers, outside, costs.__getitem__),
+        ]
 
     def _candidates(self, view: View, matched: int) -> list[int]:
         """Positions of the workers an exploiting request may go to."""

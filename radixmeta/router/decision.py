@@ -32,6 +32,10 @@ class Decision:
         ``"chosen"`` when it gave none; counted by ``Router.metrics()``.
     detail : tuple of (str, float)
         The numbers the policy's rule used.
+    ranking : tuple of WorkerId or None
+        With ``dispatch(..., ranked=True)``: every worker of the view, the chosen
+        one first, then the others in the policy's ``rank`` order (see
+        :mod:`radixmeta.policies.base`); else ``None``.
 
     Notes
     -----
@@ -53,8 +57,10 @@ class Decision:
         "_started",
         "_decode",  # set by prefill_done: the tokens counted in decode_tokens
         "_keys",  # its prefixes in the router's in-flight counts (empty: not counted)
+        "_ranking",  # set by dispatch(ranked=True) only
     )
     _decode: int
+    _ranking: tuple[WorkerId, ...]
 
     def __init__(
         self,
@@ -83,6 +89,16 @@ class Decision:
     def lengths(self) -> dict[WorkerId, int]:
         """Every worker the policy could choose, with the tokens of the prompt it held."""
         return dict(zip(self._view.workers, self._view.lengths, strict=True))
+
+    @property
+    def ranking(self) -> tuple[WorkerId, ...] | None:
+        """Every worker the policy could choose, in the order to try them: the chosen
+        worker first, then the policy's fallbacks (``dispatch(..., ranked=True)``);
+        ``None`` when the dispatch did not ask for it."""
+        try:
+            return self._ranking
+        except AttributeError:
+            return None
 
     @property
     def _uncached(self) -> int:

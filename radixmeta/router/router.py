@@ -43,6 +43,7 @@ from radixmeta.router.decision import Decision
 from radixmeta.router.estimate import Estimate
 from radixmeta.router.feed import EventFeed
 from radixmeta.router.metrics import health_of, replay_metrics, worker_metrics
+from radixmeta.router.ranking import chosen_first, ranking_of
 from radixmeta.router.registry import Registry, WorkerLoad
 
 if TYPE_CHECKING:
@@ -198,6 +199,8 @@ class Router:
             )
             self._on_dispatch = getattr(resolved, "on_dispatch", None)
             self._on_finish = getattr(resolved, "on_finish", None)
+            rank = getattr(resolved, "rank", None)
+            self._rank = rank if callable(rank) else None
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -362,6 +365,7 @@ class Router:
         extras: object = None,
         group: Hashable = None,
         expected_output: int | None = None,
+        ranked: bool = False,
     ) -> Decision:
         """Choose a worker for one request, mark its pages for it and count its load.
 
@@ -383,6 +387,13 @@ class Router:
         expected_output : int, optional
             Output tokens expected; counted in the decode load after
             ``prefill_done`` (else the mean of the outputs ``finish`` reported).
+        ranked : bool, default False
+            Also rank every up worker for the request: ``Decision.ranking``, the
+            chosen worker first, then the others in the policy's order (its
+            ``rank`` hook, asked just before ``choose``; without one, by the tokens
+            of the prompt held, then requests in flight). A caller that must fall
+            back when the chosen worker turns the request away asks for it; a
+            plain dispatch pays nothing for it.
 
         Returns
         -------
@@ -399,7 +410,8 @@ class Router:
             No worker is up.
         PolicyError
             The policy chose something that is not a worker of its view, or a
-            ``Choice`` whose reason is not a str.
+            ``Choice`` whose reason is not a str; or (``ranked``) its ``rank``
+            did not list each of the view's workers once.
 
         Notes
         -----
@@ -416,6 +428,9 @@ class Router:
             raise InputTypeError(msg)
         if expected_output is not None:
             expected_output = check_int("expected_output", expected_output, 0)
+        if ranked is not False and ranked is not True:
+            msg = f"ranked must be a bool, got {type(ranked).__name__}"
+            raise InputTypeError(msg)
         with self._lock:
             if self._closed:
                 msg = "dispatch on a closed Router"
@@ -434,6 +449,8 @@ class Router:
             if registry.bounded:
                 view.expected = self._estimate.expected(view, key, namespace, extras)
             request = Request(rid, key, namespace, extras, group, expected_output)
+            # The ranking first: a policy's rank leaves its state as choose finds it.
+            order = ranking_of(self._rank, request, view) if ranked else None
             worker, label, detail = registry.checked(self._choose(request, view))
             raw = matched = every[worker.index]
             expected = view.expected
@@ -444,6 +461,8 @@ class Router:
                 self._on_dispatch(request, worker, matched)
             # Commit: nothing below raises.
             decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
+            if order is not None:
+                decision._ranking = chosen_first(order, worker)
             self._commit(decision, m, raw)
             return decision
 

@@ -12,7 +12,8 @@ so several instances route the same replicas, each counting only its own request
   rotation of fresh instances (which all see an idle fleet) starts at different
   replicas instead of sending every first request to the same one.
 
-Everything else (match lengths, capacities, hooks) is handed through unchanged.
+Everything else (match lengths, the lengths the router expects to stay cached,
+capacities, hooks) is handed through unchanged; ``rank`` ranks the same view.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from radixmeta._workers import WorkerId
 from radixmeta.policies.base import Choice, Request, View
+from radixmeta.router.ranking import by_held
 
 __all__ = ["ServeView"]
 
@@ -44,6 +46,19 @@ class ServeView:
         self._uncached = 0
 
     def choose(self, request: Request, view: View) -> WorkerId | Choice:
+        return self.policy.choose(request, self._seen(request, view))  # type: ignore[no-any-return]
+
+    def rank(self, request: Request, view: View) -> list[WorkerId]:
+        """The wrapped policy's ``rank`` of the same view ``choose`` sees; without one, the
+        router's rule (:func:`~radixmeta.router.ranking.by_held`) on that view."""
+        seen = self._seen(request, view)
+        hook = getattr(self.policy, "rank", None)
+        if callable(hook):
+            return hook(request, seen)  # type: ignore[no-any-return]
+        return by_held(seen)
+
+    def _seen(self, request: Request, view: View) -> View:
+        """``view`` with Ray Serve's queue lengths folded in, rotated by this instance's offset."""
         n = len(view.workers)
         shift = self.offset % n
         order = [*range(shift, n), *range(shift)]
@@ -55,10 +70,18 @@ class ServeView:
             if queue is not None and queue > requests[i]:
                 prefill[i] += (queue - requests[i]) * mean
                 requests[i] = queue
-        rotated = View(
+        # Lists the router passes as one object stay one (a policy may test identity:
+        # host lengths that are the device's, expected lengths with nothing cut).
+        lengths = [view.lengths[i] for i in order]
+        host = view.host_lengths
+        host = lengths if host is view.lengths else [host[i] for i in order]
+        expected = view.expected
+        if expected is not None:
+            expected = lengths if expected is view.lengths else [expected[i] for i in order]
+        return View(
             tuple(view.workers[i] for i in order),
-            [view.lengths[i] for i in order],
-            [view.host_lengths[i] for i in order],
+            lengths,
+            host,
             [requests[i] for i in order],
             [prefill[i] for i in order],
             [view.decode_tokens[i] for i in order],
@@ -66,8 +89,8 @@ class ServeView:
             [view.reported[i] for i in order],
             view.page_size,
             view.prefix_key,
+            expected,
         )
-        return self.policy.choose(request, rotated)  # type: ignore[no-any-return]
 
     def on_dispatch(self, request: Request, worker: WorkerId, matched: int) -> None:
         self._dispatched += 1

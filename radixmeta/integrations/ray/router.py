@@ -11,8 +11,10 @@ proxy, in whatever process holds the handle. Each instance here keeps its own
   stats; ``on_replica_actor_died`` marks a replica down at once.
 - ``choose_replicas`` reads the request's prompt (:mod:`.prompts`, the gateway's token
   rule), dispatches it with the configured policy and returns the chosen replica
-  first, then every other one as a fallback rank, by the tokens of the prompt it holds
-  and then by the requests it has in flight. Ray sends the request to the first rank
+  first, then every other one as a fallback rank, in the order of the policy's own
+  scores (``Router.dispatch(..., ranked=True)``: the policy's ``rank``; for a policy
+  without one, by the tokens of the prompt it holds and then by the requests it has
+  in flight). Ray sends the request to the first rank
   whose replica has room (``max_ongoing_requests``), so a fallback is taken only
   when the chosen replica is full.
 - ``on_request_routed`` notes where the request really went; ``on_request_completed``
@@ -292,7 +294,9 @@ class RadixMetaRequestRouter(RequestRouter):
             return self._by_load(candidate_replicas)
         try:
             tokens, namespace = prompt_of_request(body, self.tokenizer, self.lora_models)
-            decision = self.router.dispatch(tokens, request_id=request, namespace=namespace)
+            decision = self.router.dispatch(
+                tokens, request_id=request, namespace=namespace, ranked=True
+            )
         except (InputTypeError, InvalidInputError):
             self.counts["unroutable"] += 1
             return self._by_load(candidate_replicas)
@@ -302,14 +306,14 @@ class RadixMetaRequestRouter(RequestRouter):
         self.counts["routed"] += 1
         if self.counts["routed"] % _EXPIRE_EVERY == 0:
             self._expire()
+        return self._ranks(decision.ranking or (decision.worker,), candidate_replicas)
+
+    def _ranks(
+        self, ranking: Sequence[WorkerId], candidate_replicas: list[RunningReplica]
+    ) -> list[list[RunningReplica]]:
+        """The candidates in the order of a dispatch's ranking, one replica per rank."""
         by_id = {r.replica_id: r for r in candidate_replicas}
-        held = decision.lengths
-        chosen = self._replica_of.get(decision.worker)
-        ranked = sorted(
-            (w for w in held if w is not decision.worker),
-            key=lambda w: (-held[w], self.router.load(w).requests, w.index),
-        )
-        order = [chosen, *(self._replica_of.get(w) for w in ranked)]
+        order = [self._replica_of.get(w) for w in ranking]
         ranks = [[by_id[rid]] for rid in order if rid in by_id]
         listed = {rank[0].replica_id for rank in ranks}
         # Candidates this router has no worker for yet (an update still on its way).

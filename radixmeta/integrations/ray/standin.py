@@ -4,9 +4,14 @@ Wrap it in a deployment (``serve.deployment(StandinReplica)``) to try request ro
 on a laptop: each replica holds its own :class:`~radixmeta.RadixCache`, serves a
 request by matching its prompt (the gateway's token rule) and inserting it, and
 answers with what it found cached. It reports its queue length, its KV capacity and,
-with ``events=True``, its KV-event streams (a :class:`~radixmeta.events.LogPublisher`
-on 127.0.0.1, live and replay sockets) in ``record_routing_stats``, under the keys
-:class:`~radixmeta.integrations.ray.RadixMetaRequestRouter` reads.
+with ``events``, its KV-event streams (live and replay sockets on 127.0.0.1) in
+``record_routing_stats``, under the keys
+:class:`~radixmeta.integrations.ray.RadixMetaRequestRouter` reads. The events go out
+as radixmeta's own (``events="native"`` or ``True``: a
+:class:`~radixmeta.events.LogPublisher`) or in an engine's wire format
+(``events="vllm"``: what vLLM's ``--kv-events-config`` publisher sends;
+``events="sglang"``: SGLang's, with SGLang's own block hashes), so that a router's
+exact mode is tried with the codec it would use on that engine.
 
 Time model (the gateway's stand-in engine's): prefills run one at a time (a GPU
 computes one prefill batch at a time), each taking :mod:`radixmeta.policies.costs`'
@@ -24,16 +29,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from radixmeta.cache import RadixCache
+from radixmeta.errors import InvalidInputError
 from radixmeta.events import EventLog
+from radixmeta.events.ingest import engine_batch
 from radixmeta.events.publishing import LogPublisher
 from radixmeta.gateway.tokenize import load_tokenizer
 from radixmeta.integrations.ray.prompts import body_of, prompt_of_request
 from radixmeta.integrations.ray.router import CAPACITY_STAT, EVENTS_STAT, QUEUE_STAT
 from radixmeta.policies import costs
+from radixmeta.transport import ZmqPublisher
+from radixmeta.wire import sglang, vllm
 
 __all__ = ["StandinReplica"]
 
 _LOOPBACK = "tcp://127.0.0.1:*"  # an ephemeral port on loopback only
+_ENGINE_ENCODERS = {"vllm": vllm.encode_batch, "sglang": sglang.encode_batch}
+_EVENT_FORMATS = ("native", *_ENGINE_ENCODERS)
 
 
 def _replica_name() -> str:
@@ -55,8 +66,11 @@ class StandinReplica:
         Its KV block size (the router's ``page_size``).
     capacity : int, default 200000
         Tokens its cache holds.
-    events : bool, default False
-        Publish the cache's KV events (native codec) on 127.0.0.1 and advertise them.
+    events : bool or {"native", "vllm", "sglang"}, default False
+        Publish the cache's KV events on 127.0.0.1 and advertise them: ``True`` or
+        ``"native"`` through a ``LogPublisher``, ``"vllm"`` or ``"sglang"`` as that
+        engine's publisher does (blocks of ``page_size`` tokens, numbered batches,
+        a replay socket); the routing stats name the codec.
     tokenizer : str, optional
         As the router's ``tokenizer`` (the two must tokenize alike).
     prefill_model : str
@@ -72,23 +86,46 @@ class StandinReplica:
         *,
         page_size: int = 16,
         capacity: int = 200_000,
-        events: bool = False,
+        events: bool | str = False,
         tokenizer: str | None = None,
         prefill_model: str = costs.DEFAULT_PREFILL,
         time_scale: float = 1.0,
         name: str | None = None,
     ) -> None:
+        codec = "native" if events is True else events or None
+        if codec is not None and codec not in _EVENT_FORMATS:
+            msg = f"events must be a bool or one of {', '.join(_EVENT_FORMATS)}, got {events!r}"
+            raise InvalidInputError(msg)
         self.name = _replica_name() if name is None else name
         self.page_size = page_size
         self.capacity = capacity
         self.tokenizer = load_tokenizer(tokenizer)
         self.prefill_time = costs.prefill_model(prefill_model)
         self.time_scale = time_scale
-        self.log = EventLog(worker=self.name, capacity=1 << 20, max_tokens=1 << 26)
+        self.codec = codec
+        if codec in _ENGINE_ENCODERS:  # engines name pages by block hashes
+            self.log = EventLog(
+                worker=self.name,
+                capacity=1 << 20,
+                max_tokens=1 << 26,
+                form="blocks",
+                hash="sglang" if codec == "sglang" else "chain",
+            )
+        else:
+            self.log = EventLog(worker=self.name, capacity=1 << 20, max_tokens=1 << 26)
         self.cache = RadixCache(page_size, capacity=capacity, event_log=self.log)
         self.publisher = (
-            LogPublisher(self.cache, _LOOPBACK, replay_endpoint=_LOOPBACK) if events else None
+            LogPublisher(self.cache, _LOOPBACK, replay_endpoint=_LOOPBACK)
+            if codec == "native"
+            else None
         )
+        # An engine's publisher: numbered batches of its wire format, a replay socket.
+        self.engine_publisher = (
+            ZmqPublisher(_LOOPBACK, replay_endpoint=_LOOPBACK)
+            if codec in _ENGINE_ENCODERS
+            else None
+        )
+        self._published = -1  # the last log record an engine batch carried
         self._prefill = asyncio.Lock()
         self.waiting = 0
         self.running = 0
@@ -121,8 +158,7 @@ class StandinReplica:
                 if seconds > 0:
                     await asyncio.sleep(seconds)
                 self.cache.insert(tokens, namespace=namespace)
-                if self.publisher is not None:
-                    self.publisher.flush()
+                self._publish()
             finally:
                 self.running -= 1
         self.requests += 1
@@ -136,17 +172,31 @@ class StandinReplica:
             "seconds": time.perf_counter() - arrived,
         }
 
+    def _publish(self) -> None:
+        """Send the cache's new events (what an engine does after each scheduler step)."""
+        if self.publisher is not None:
+            self.publisher.flush()
+        elif self.engine_publisher is not None and self.codec is not None:
+            records = self.log.read(after=self._published)
+            if records:
+                self._published = records[-1].seq
+                batch = engine_batch(list(records), block_size=self.page_size)
+                self.engine_publisher.publish(_ENGINE_ENCODERS[self.codec](batch))
+
     def record_routing_stats(self) -> dict[str, Any]:
         """What Ray Serve hands the routers as ``RunningReplica.routing_stats``."""
         stats: dict[str, Any] = {
             QUEUE_STAT: self.waiting + self.running,
             CAPACITY_STAT: self.capacity,
         }
+        publisher = self.engine_publisher
         if self.publisher is not None:
+            publisher = self.publisher.publisher
+        if publisher is not None:
             stats[EVENTS_STAT] = {
-                "endpoint": self.publisher.publisher.endpoint,
-                "replay": self.publisher.publisher.replay_endpoint,
-                "codec": "native",
+                "endpoint": publisher.endpoint,
+                "replay": publisher.replay_endpoint,
+                "codec": self.codec,
             }
         return stats
 
@@ -161,6 +211,7 @@ class StandinReplica:
         }
 
     def __del__(self) -> None:
-        publisher = getattr(self, "publisher", None)
-        if publisher is not None:
-            publisher.close()
+        for attribute in ("publisher", "engine_publisher"):
+            publisher = getattr(self, attribute, None)
+            if publisher is not None:
+                publisher.close()
