@@ -3,7 +3,7 @@
 A match says what a worker holds now; the requests queued ahead of a new one write
 their prompts into the same pool first. The rule (radixmeta.policies.expected):
 the prefix every worker holds stays; of the rest ``1 - queued / room`` stays, or
-``room / (room + queued)`` where a request in flight on the worker starts with it
+``min(1, room / queued)`` where a request in flight on the worker starts with it
 (``room``: the pool less the matched prefix).
 """
 
@@ -55,7 +55,32 @@ def test_nothing_cut_is_the_same_list_and_protection_is_asked_only_where_it_woul
         return i == 1
 
     got = expected_lengths(lengths, [10_000, 10_000, None], [3000, 3000, 3000], 1, protected)
-    assert got == [2000, round(4000 * 6000 / 9000), 0] and asked == [0, 1]
+    assert got == [2000, 4000, 0] and asked == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("queued", "expected"),
+    [
+        # no more queued than the 6,000 beside the prefix: the holder's finish leaves it
+        # the most recent pages, and what is written after cannot reach it
+        (3000, 4000),
+        (6000, 4000),
+        # 8,000 queued: only if the holder finishes within the first 2,000 of them is it
+        # pushed out, so 6,000 / 8,000 of it stays (where an unprotected prefix keeps 0)
+        (8000, 3000),
+        (24_000, 1000),
+    ],
+)
+def test_a_protected_prefix_faces_only_the_writes_after_its_holder(
+    queued: int, expected: int
+) -> None:
+    got = expected_lengths([4000, 0], [10_000, 10_000], [queued, 0], 1, [True, False])
+    assert got == [expected, 0]
+
+
+def test_a_prefix_past_the_pool_keeps_nothing_but_the_shared_head() -> None:
+    got = expected_lengths([12_000, 100], [10_000, 10_000], [500, 0], 1, [True, True])
+    assert got == [100, 100]
 
 
 class Always:
@@ -102,10 +127,10 @@ def test_an_in_flight_request_of_the_prefix_protects_it() -> None:
     router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
     sibling = router.dispatch(tokens(4000, 100, 1))  # matched 4,000 there: it is counted
     assert sibling.matched == 2000  # 1 - 3,000 / 6,000 of it
-    # The sibling starts with the same 4,000: 5,100 queued ahead now, and the share of
-    # a prefix an in-flight request keeps, 6,000 / (6,000 + 5,100).
+    # The sibling starts with the same 4,000 and is in flight: 5,100 queued ahead now,
+    # no more than the 6,000 beside the prefix, so none of it is pushed out.
     d = router.dispatch(tokens(4000, 100, 2))
-    assert d.matched == round(4000 * 6000 / 11_100)
+    assert d.matched == 4000
     router.finish(sibling.request_id)
     router.finish(d.request_id)
     # None is in flight any more: the plain share, 1 - 3,000 / 6,000.
@@ -144,8 +169,8 @@ def test_a_prefix_only_the_routers_holds_show_is_in_flight_so_it_stays() -> None
     head = tokens(4000, 100, 0)[:4050]
     nxt = router.dispatch(np.concatenate([head, np.arange(7, 9, dtype=np.uint32)]))
     # 7,100 queued ahead: more than the 5,950 beside the prefix, which a prefix no request
-    # keeps would not survive; this one keeps 5,950 / (5,950 + 7,100) of it.
-    assert nxt.lengths[a] == 4050 and nxt.matched == round(4050 * 5950 / 13_050)
+    # keeps would not survive; this one keeps 5,950 / 7,100 of it.
+    assert nxt.lengths[a] == 4050 and nxt.matched == round(4050 * 5950 / 7100)
     router.finish(turn.request_id)
 
 
@@ -164,6 +189,7 @@ def test_the_estimate_is_aligned_with_the_views_workers_when_some_are_down() -> 
         d = router.dispatch(tokens(4000, 100, 1))
         view = spy.views[-1]
         assert view.workers == (a, c) and view.expected == [2000, 0] and d.matched == 2000
+        router.finish(d.request_id)  # in flight, it would keep the prefix whole
         if policy_name == "longest_prefix":
             router.policy = policy_name  # choose_batch: the estimate in every view
             got = router.dispatch_batch([tokens(4000, 100, 2), tokens(4000, 100, 3)])

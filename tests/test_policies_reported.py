@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from policy_cases import index_of, request, view
+from policy_cases import index_of, request, view, with_
 
 from radixmeta import Router
 from radixmeta.policies import EngineLoad, create
@@ -177,3 +177,25 @@ def test_default_waits_for_room_in_a_full_pool() -> None:
     instant = create("default", decode=lambda batch, context: 0.0)
     assert index_of(v, instant.choose(ask, v)) == 0
     assert repr(instant).endswith("decode='<lambda>')")
+
+
+def test_default_reads_the_pool_the_engine_reports_not_the_sum_of_its_prompts() -> None:
+    # 20 running requests on worker 0 share its 8,000-token prefix: the router counts
+    # 20 x 9,000 = 180,000 decode tokens against a 100,000-token pool, but the engine
+    # holds 40 % of it. The holder has room; recomputing the prefix elsewhere is slower.
+    reports = [
+        EngineLoad(queue_length=0, kv_usage=0.4, running=20, router_requests=20),
+        EngineLoad(queue_length=0, kv_usage=0.05, running=2, router_requests=2),
+    ]
+    v = view(
+        [8000, 0],
+        requests=[20, 2],
+        decode=[180_000, 10_000],
+        capacities=[100_000, 100_000],
+        reported=reports,
+    )
+    choice = create("default").choose(request(8500, expected_output=200), v)
+    assert index_of(v, choice) == 0 and choice.reason == "affinity"
+    # Without reports the router's own counts are all there is: the holder looks full.
+    blind = with_(v, reported=[None, None])
+    assert index_of(blind, create("default").choose(request(8500), blind)) == 1

@@ -626,7 +626,20 @@ class DefaultPolicy:
                 )
             score = wait + slow * weight * own
             in_flight = queued[i] + decoding[i]
-            fits = capacity is None or in_flight + size - matched <= capacity
+            if capacity is None:
+                fits = True
+            else:
+                # Where the engine reports its KV use, the wait for room in a full pool
+                # is priced above (_memory_wait), and the pool fits the request unless
+                # the queue alone fills it: the router's decode tokens count a prefix
+                # that running requests share once per request, so on shared prefixes
+                # they rule out workers whose pools are half empty.
+                report = reported[i]
+                if report is not None and report.kv_usage is not None:
+                    held = queued[i]
+                else:
+                    held = in_flight
+                fits = held + size - matched <= capacity
             if (
                 best < 0
                 or (fits and not best_fits)
