@@ -284,7 +284,7 @@ def test_the_heap_and_the_scan_pick_alike_on_ties_and_loaded_workers() -> None:
     # requests in flight (so unequal speeds): every tie and near tie the heap meets.
     from radixmeta.policies.default import _pack, _Piece
 
-    pieces = [_Piece.single(g, g, 96, [0, 0, 0, 0], 0) for g in range(12)]
+    pieces = [_Piece.single(g, g, 96, [0, 0, 0, 0], 0, {}) for g in range(12)]
     args = ([10.0, 0.0, 96.0, 0.0], (2, 3, 0, 1), [1.0, 1.5, 1.0, 1.0], [1.0] * 4,
             [10.0, 0.0, 96.0, 5.0])
     assert _pack(list(pieces), *args, None, True)[1:] == _pack(list(pieces), *args, None, False)[1:]

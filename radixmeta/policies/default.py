@@ -101,17 +101,30 @@ class _Piece:
 
     @classmethod
     def single(
-        cls, group: int, index: int, length: int, held: list[int], shared: int
+        cls,
+        group: int,
+        index: int,
+        length: int,
+        held: list[int],
+        shared: int,
+        even: dict[float, list[float]],
     ) -> _Piece:
         """The piece of a group of one request, what ``_Piece(group, [_Member(index,
         length, -1, 0, held)], shared)`` is, made without its loops (a batch of
-        distinct prompts is one such group per request)."""
+        distinct prompts is one such group per request). ``even``: the rows of the
+        pieces that cost the same on every worker by that cost, shared (rows are
+        read only, and a batch of distinct prompts of one length has one)."""
         piece = cls.__new__(cls)
         piece.group, piece.shared = group, shared
         piece.members = [_Member(index, length, -1, 0, held)]
         piece._floors = [0]  # the first member shares nothing inside the piece
-        piece.cold = float(length) if length > 0 else 0.0
+        cold = piece.cold = float(length) if length > 0 else 0.0
         piece._row = None
+        if length <= 0 or max(held) <= 0:  # costs() would make [cold] * workers
+            row = even.get(cold)
+            if row is None:
+                row = even[cold] = [cold] * len(held)
+            piece._row = row
         return piece
 
     def costs(self) -> list[float]:
@@ -368,6 +381,7 @@ class DefaultPolicy:
         whole: list[_Piece] = []
         fast = _FAST_PATHS
         single = _Piece.single
+        even: dict[float, list[float]] = {}  # the rows of pieces that cost the same everywhere
         for g, group in enumerate(groups):
             indices, shared = group
             if fast and len(indices) == 1:  # a group of one: no partner inside it
@@ -375,7 +389,8 @@ class DefaultPolicy:
                 view = views[i]
                 length = len(requests[i].tokens)
                 held = view.lengths if view.expected is None else view.expected  # _held
-                whole.append(single(g, i, length, held, length if length < shared else shared))
+                shared = length if length < shared else shared  # min(shared, length)
+                whole.append(single(g, i, length, held, shared, even))
                 continue
             if not indices:
                 continue
