@@ -332,7 +332,9 @@ class DefaultPolicy:
         half a share) move to the least loaded worker. Each decision's reason is
         ``"batch"``, with its piece's ``group_tokens`` and the worker's
         ``worker_tokens`` once the batch is placed. O((requests + groups) x workers)
-        per packing, plus O(group members) per move, at most ``4 x workers +
+        per packing, except that a piece costing the same on every worker (no worker
+        holds any of it: a fresh prompt) takes O(log workers) from a heap, which picks
+        as the scan does, plus O(group members) per move, at most ``4 x workers +
         pieces`` moves.
         """
         if not requests:

@@ -262,7 +262,9 @@ def by_groups(
             worker, label, detail = registry.checked(choose(requests[members[at]], view), spill)
             i = worker.index
             start = loads[i]
-            end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
+            end = at + 1  # the first always goes; the room matters to a run of more
+            if end < len(members):
+                end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
             choice = (worker, label, detail, view)
             uncached = 0
             for j in range(at, end):
