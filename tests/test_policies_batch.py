@@ -227,7 +227,7 @@ def fleets_and_batches(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "page": page,
         "workers": draw(st.integers(1, 4)),
-        "capacity": draw(st.sampled_from([None, 40 * page, 400 * page])),
+        "capacity": draw(st.sampled_from([None, 2 * page, 5 * page, 40 * page, 400 * page])),
         "in_flight": draw(st.lists(st.tuples(st.builds(prompt), st.booleans()), max_size=4)),
         "held": draw(st.lists(st.builds(prompt), max_size=3)),
         "reports": draw(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1)), max_size=2)),
@@ -288,3 +288,28 @@ def test_the_heap_and_the_scan_pick_alike_on_ties_and_loaded_workers() -> None:
     args = ([10.0, 0.0, 96.0, 0.0], (2, 3, 0, 1), [1.0, 1.5, 1.0, 1.0], [1.0] * 4,
             [10.0, 0.0, 96.0, 5.0])
     assert _pack(list(pieces), *args, None, True)[1:] == _pack(list(pieces), *args, None, False)[1:]
+
+
+@given(
+    members=st.integers(1, 4),
+    shared=st.integers(0, 64),
+    tail=st.integers(0, 64),
+    held=st.integers(0, 128),
+    capacity=st.integers(1, 160),
+    queued=st.floats(0, 1000),
+)
+def test_a_pool_alone_prices_a_piece_as_the_whole_count_does(
+    members: int, shared: int, tail: int, held: int, capacity: int, queued: float
+) -> None:
+    # _Pools.alone is the packing's shortcut for a worker with nothing of the batch yet:
+    # where it answers (the prefix fits), it is exactly load(worker, [piece]).
+    from radixmeta.policies.default import _Member, _Piece, _Pools
+
+    ms = [_Member(k, shared + tail, k - 1, shared, [held, 0]) for k in range(members)]
+    piece = _Piece(0, ms, shared)
+    pools = _Pools([capacity, capacity], [queued, 0.0])
+    got = pools.alone(0, piece)
+    if shared > capacity:
+        assert got is None
+    else:
+        assert got == pools.load(0, [piece])

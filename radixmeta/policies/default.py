@@ -811,8 +811,9 @@ def _pack(
     ``fast``: a run of pieces that cost the same on every worker (no worker holds any
     of them, their group is placed nowhere yet, no pools) is placed from a heap of the
     workers keyed by ``(score, tokens in flight, place in order)``, the order in which
-    the scan picks, so it picks the same worker in O(log workers) a piece. O(pieces x
-    workers) otherwise."""
+    the scan picks, so it picks the same worker in O(log workers) a piece; with pools,
+    a worker with no piece yet is priced by ``_Pools.alone``. O(pieces x workers)
+    otherwise."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
@@ -824,7 +825,7 @@ def _pack(
     # does not take the worker a later piece would find its prefix on.
     saving = [max(row) - min(row) for row in rows]
     # A heap compares as the scan only over numbers that compare (no NaN anywhere).
-    fast = fast and pools is None and all(
+    by_heap = fast and pools is None and all(
         map(math.isfinite, itertools.chain(load, in_flight, speed, weight))
     )
     heap: list[tuple[float, float, int, int]] = []
@@ -834,7 +835,7 @@ def _pack(
         piece = pieces[p]
         row = rows[p]
         group = piece.group
-        if fast and saving[p] == 0 and group not in on_some:
+        if by_heap and saving[p] == 0 and group not in on_some:
             cost = row[0]
             if cost != heap_cost:  # the scores of another cost: build it again
                 heap = [
@@ -854,7 +855,11 @@ def _pack(
             for w in order:
                 cost = piece.cost(w, True) if (group, w) in placed else row[w]
                 if pools is not None:
-                    cost = pools.load(w, [*pools.on[w], piece]) - load[w]
+                    # A worker with nothing of the batch yet: most of a wide fleet.
+                    after = pools.alone(w, piece) if fast and not pools.on[w] else None
+                    if after is None:
+                        after = pools.load(w, [*pools.on[w], piece])
+                    cost = after - load[w]
                 score = speed[w] * (load[w] + weight[w] * cost)
                 if best < 0 or score < best_score or (
                     score == best_score and in_flight[w] < best_tokens
@@ -893,6 +898,14 @@ class _Pools:
         self.capacities = capacities
         self.queued = queued
         self.on: list[list[_Piece]] = [[] for _ in capacities]
+
+    def alone(self, worker: int, piece: _Piece) -> float | None:
+        """``load(worker, [piece])`` when the piece's prefix fits the pool (nothing is
+        recomputed then), in O(1) and with the same arithmetic; None when it does not."""
+        prefix = float(piece.shared)
+        if (prefix if prefix > 0 else 0) > float(self.capacities[worker]):
+            return None
+        return self.queued[worker] + (0.0 + piece.cost(worker, False))  # as load sums it
 
     def load(self, worker: int, pieces: list[_Piece]) -> float:
         """The worker's tokens to compute with ``pieces`` on it, prefixes recomputed."""
