@@ -100,9 +100,10 @@ class Expected:
     runs there (``View.expected``, by worker index as ``MetaMatch.length_list``), from
     the loads before the batch; computed when asked.
 
-    :meth:`row` is a request's whole row, O(workers) (the view of a request a policy
-    decides); :meth:`at` one worker's value, O(1) past the row's least length (a member
-    following its run's first request onto that worker). Both give what the same
+    :meth:`row` is a request's whole row, an O(workers) Python loop (the view of a
+    request a policy decides); :meth:`at` one worker's value, O(1) in Python beside
+    the match's lengths and their minimum, read in C (a member following its run's
+    first request onto that worker). Both give what the same
     request's row would: the rule is :func:`~radixmeta.policies.expected.expected_lengths`.
     """
 
