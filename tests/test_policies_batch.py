@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from radixmeta import Router
+from radixmeta.policies import default as default_module
+from radixmeta.policies.default import DefaultPolicy
 
 
 def prompt(group: int, k: int, prefix: int = 64, own: int = 8) -> np.ndarray:
@@ -204,3 +209,107 @@ def test_bounded_pools_count_the_prefixes_recomputed_by_ches_approximation() -> 
     extra = 1500 * 29 * math.exp(-0.75 * low) + 1500 * 9 * math.exp(-0.25 * low)
     assert got == pytest.approx(hot.cold + cold.cold + extra, rel=1e-6)
     assert got > hot.cold + cold.cold
+
+
+@st.composite
+def fleets_and_batches(draw: st.DrawFn) -> dict[str, Any]:
+    """A router's state and a batch for it: prompts of a few prefix groups and distinct
+    ones, of varied lengths; requests in flight (queues; past prefill: decode tokens,
+    which only the ties look at), prompts reported held, capacities
+    (bounded pools) or none, engine reports (the delay weight and the unseen requests)."""
+    page = draw(st.sampled_from([1, 4]))
+    heads = [[100 + g] * draw(st.integers(0, 6)) * page for g in range(3)]
+
+    def prompt() -> list[int]:
+        head = draw(st.sampled_from([[], *heads]))
+        return head + draw(st.lists(st.integers(0, 5), max_size=5 * page))
+
+    return {
+        "page": page,
+        "workers": draw(st.integers(1, 4)),
+        "capacity": draw(st.sampled_from([None, 2 * page, 5 * page, 40 * page, 400 * page])),
+        "in_flight": draw(st.lists(st.tuples(st.builds(prompt), st.booleans()), max_size=4)),
+        "held": draw(st.lists(st.builds(prompt), max_size=3)),
+        "reports": draw(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1)), max_size=2)),
+        "batches": draw(st.lists(st.lists(st.builds(prompt), max_size=12), min_size=1,
+                                 max_size=3)),
+    }
+
+
+@settings(deadline=None)
+@given(case=fleets_and_batches())
+def test_default_batch_shortcuts_decide_exactly_as_the_general_code(case: dict[str, Any]) -> None:
+    # choose_batch's shortcuts (groups of one, pieces that cost the same everywhere placed
+    # from a heap) against the general code on the same views and groups, batch after
+    # batch (the rotation carries over): the same worker, reason and detail for each.
+    router = Router(case["page"], policy="default")
+    workers = [
+        router.add_worker(f"w{i}", capacity=case["capacity"]) for i in range(case["workers"])
+    ]
+    for k, (key, decoding) in enumerate(case["in_flight"]):
+        d = router.dispatch(np.array(key, dtype=np.uint32), expected_output=k)
+        if decoding:
+            router.prefill_done(d.request_id)
+    for k, key in enumerate(case["held"]):
+        router.tree.insert(np.array(key, dtype=np.uint32), workers[k % len(workers)])
+    for k, (queue, usage) in enumerate(case["reports"]):
+        router.report_load(workers[k % len(workers)], queue_length=queue, kv_usage=usage)
+    seen: list[tuple[Any, Any, Any]] = []
+
+    class Spy:
+        def choose(self, request: Any, view: Any) -> Any:
+            return view.workers[0]
+
+        def choose_batch(self, requests: Any, views: Any, groups: Any) -> Any:
+            seen.append((requests, views, groups))
+            return [view.workers[0] for view in views]
+
+    router.policy = Spy()
+    for batch in case["batches"]:
+        router.dispatch_batch([np.array(key, dtype=np.uint32) for key in batch])
+    fast, general = DefaultPolicy(), DefaultPolicy()
+    for requests, views, groups in seen:
+        assert default_module._FAST_PATHS
+        quick = fast.choose_batch(requests, views, groups)
+        default_module._FAST_PATHS = False
+        try:
+            slow = general.choose_batch(requests, views, groups)
+        finally:
+            default_module._FAST_PATHS = True
+        assert quick == slow
+
+
+def test_the_heap_and_the_scan_pick_alike_on_ties_and_loaded_workers() -> None:
+    # Twelve distinct prompts of one length on four workers with unequal queues and
+    # requests in flight (so unequal speeds): every tie and near tie the heap meets.
+    from radixmeta.policies.default import _pack, _Piece
+
+    pieces = [_Piece.single(g, g, 96, [0, 0, 0, 0], 0, {}) for g in range(12)]
+    args = ([10.0, 0.0, 96.0, 0.0], (2, 3, 0, 1), [1.0, 1.5, 1.0, 1.0], [1.0] * 4,
+            [10.0, 0.0, 96.0, 5.0])
+    assert _pack(list(pieces), *args, None, True)[1:] == _pack(list(pieces), *args, None, False)[1:]
+
+
+@given(
+    members=st.integers(1, 4),
+    shared=st.integers(0, 64),
+    tail=st.integers(0, 64),
+    held=st.integers(0, 128),
+    capacity=st.integers(1, 160),
+    queued=st.floats(0, 1000),
+)
+def test_a_pool_alone_prices_a_piece_as_the_whole_count_does(
+    members: int, shared: int, tail: int, held: int, capacity: int, queued: float
+) -> None:
+    # _Pools.alone is the packing's shortcut for a worker with nothing of the batch yet:
+    # where it answers (the prefix fits), it is exactly load(worker, [piece]).
+    from radixmeta.policies.default import _Member, _Piece, _Pools
+
+    ms = [_Member(k, shared + tail, k - 1, shared, [held, 0]) for k in range(members)]
+    piece = _Piece(0, ms, shared)
+    pools = _Pools([capacity, capacity], [queued, 0.0])
+    got = pools.alone(0, piece)
+    if shared > capacity:
+        assert got is None
+    else:
+        assert got == pools.load(0, [piece])

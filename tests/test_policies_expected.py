@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from radixmeta import Router
 from radixmeta.policies import Choice, Request, View
-from radixmeta.policies.expected import expected_lengths
+from radixmeta.policies.expected import expected_length, expected_lengths
 
 
 @pytest.mark.parametrize(
@@ -43,6 +45,37 @@ def test_the_rule_by_hand(
     expected: list[int],
 ) -> None:
     assert expected_lengths(lengths, capacities, queued, page) == expected
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 64),
+            st.one_of(st.none(), st.integers(0, 96)),
+            st.integers(0, 80),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    page=st.sampled_from([1, 2, 4]),
+    by_call=st.booleans(),
+)
+def test_one_workers_value_is_that_workers_entry_of_the_row(
+    rows: list[tuple[int, int | None, int, bool]], page: int, by_call: bool
+) -> None:
+    # expected_length is what a batch asks for a member that follows its run onto a
+    # worker: it must be exactly that worker's entry of the whole row.
+    lengths = [r[0] for r in rows]
+    capacities = [r[1] for r in rows]
+    queued = [r[2] for r in rows]
+    flags = [r[3] for r in rows]
+    protected: Any = flags.__getitem__ if by_call else flags
+    row = expected_lengths(lengths, capacities, queued, page, protected)
+    head = min(lengths)
+    for i in range(len(rows)):
+        assert expected_length(i, lengths, capacities, queued, page, protected) == row[i]
+        assert expected_length(i, lengths, capacities, queued, page, protected, head) == row[i]
 
 
 def test_nothing_cut_is_the_same_list_and_protection_is_asked_only_where_it_would_cut() -> None:

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from radixmeta import Router
 from radixmeta._batch import prefix_groups
 from radixmeta.errors import PolicyError
+from radixmeta.policies import Request
+from radixmeta.router import batch
 from radixmeta.router.registry import Spill
 
 CORES = [REFERENCE] + ([NATIVE] if NATIVE is not None else [])
@@ -503,6 +505,49 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
         return not tagged[i] and not tagged[j] and spaces[i] == spaces[j]
 
     check_batch_counts(router, keys, decisions, page, before, shares)
+
+
+@given(data=st.data(), down=st.booleans(), exact=st.booleans())
+def test_a_members_expected_value_is_that_of_its_whole_row(
+    data: st.DataObject, down: bool, exact: bool
+) -> None:
+    # The group-by-group path asks batch.Expected for one worker's value of the members
+    # that follow a run (at) and for whole rows only for the views (row): the two must
+    # agree everywhere, with queues that cut prefixes, protected prefixes (requests in
+    # flight), and a fleet with a worker down (rows realigned by worker index).
+    page = 4
+    router = Router(page, mode="exact" if exact else "approximate")
+    workers = [router.add_worker(f"w{i}", capacity=data.draw(st.integers(8, 40)) * page)
+               for i in range(4)]
+    prefixes = [[g] * (3 * page) for g in range(3)]
+
+    def prompt() -> np.ndarray:
+        head = data.draw(st.sampled_from(prefixes))
+        tail = data.draw(st.lists(st.integers(0, 3), max_size=3 * page))
+        return np.array(head + tail, dtype=np.uint32)
+
+    for _ in range(data.draw(st.integers(0, 8))):  # in flight: queued tokens, protections
+        key = prompt()
+        d = router.dispatch(key)
+        if exact and data.draw(st.booleans()):  # reported too, as the replayer would
+            router.tree.insert(key, d.worker)
+    if down:
+        router.mark_down(workers[data.draw(st.integers(0, 3))])
+    registry = router._registry
+    if not registry.up:
+        return
+    keys = [prompt() for _ in range(data.draw(st.integers(1, 6)))]
+    requests = [Request(f"r{k}", key, None, None, None, None) for k, key in enumerate(keys)]
+    matches = [router.tree.match(key, cursor=True) for key in keys]
+    rows = batch.Expected(registry, router._estimate, requests, matches).rows()
+    fresh = batch.Expected(registry, router._estimate, requests, matches)
+    for k in range(len(keys)):
+        for i in registry.up_index:
+            assert fresh.at(k, i) == rows[k][i]
+    views = [registry.view(m, m.length_list) for m in matches]
+    for view, key, row in zip(views, keys, rows, strict=True):  # dispatch's own estimate
+        got = router._estimate.expected(view, key, None, None)
+        assert got == [row[i] for i in registry.up_index]
 
 
 class _Picks:

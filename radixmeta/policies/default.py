@@ -22,6 +22,8 @@ another worker, which then holds the prefix too: replication, driven by load.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -50,6 +52,10 @@ CHUNK_TOKENS = 512
 CLIP_OUTPUT_TOKENS = 4096
 _TIMES_KEPT = 1 << 16
 _ORDERS_KEPT = 64
+#: choose_batch's shortcuts for the common shapes of a large batch (groups of one
+#: request, pieces that cost the same on every worker), which decide exactly as the
+#: general code does; the tests turn them off to compare the two on random batches.
+_FAST_PATHS = True
 
 
 class _Member:
@@ -94,6 +100,34 @@ class _Piece:
         self.cold = float(cold)
         self._row: list[float] | None = None
 
+    @classmethod
+    def single(
+        cls,
+        group: int,
+        index: int,
+        length: int,
+        held: list[int],
+        shared: int,
+        even: dict[float, list[float]],
+    ) -> _Piece:
+        """The piece of a group of one request, what ``_Piece(group, [_Member(index,
+        length, -1, 0, held)], shared)`` is, made without its loops (a batch of
+        distinct prompts is one such group per request). ``even``: the rows of the
+        pieces that cost the same on every worker by that cost, shared (rows are
+        read only, and a batch of distinct prompts of one length has one)."""
+        piece = cls.__new__(cls)
+        piece.group, piece.shared = group, shared
+        piece.members = [_Member(index, length, -1, 0, held)]
+        piece._floors = [0]  # the first member shares nothing inside the piece
+        cold = piece.cold = float(length) if length > 0 else 0.0
+        piece._row = None
+        if length <= 0 or max(held) <= 0:  # costs() would make [cold] * workers
+            row = even.get(cold)
+            if row is None:
+                row = even[cold] = [cold] * len(held)
+            piece._row = row
+        return piece
+
     def costs(self) -> list[float]:
         """Per worker, its tokens to compute there (the group's prefix not there yet).
 
@@ -103,6 +137,14 @@ class _Piece:
         if self._row is not None:
             return self._row
         members = self.members
+        if len(members) == 1:  # floor 0: the held part of the prompt is saved
+            cold, held, length = self.cold, members[0].held, members[0].length
+            if length > 0 and max(held) > 0:
+                row = [cold - (h if h < length else length) if h > 0 else cold for h in held]
+            else:
+                row = [cold] * len(held)
+            self._row = row
+            return row
         row = [self.cold] * len(members[0].held)
         for member, floor in zip(members, self._floors, strict=True):
             held = member.held
@@ -291,7 +333,9 @@ class DefaultPolicy:
         half a share) move to the least loaded worker. Each decision's reason is
         ``"batch"``, with its piece's ``group_tokens`` and the worker's
         ``worker_tokens`` once the batch is placed. O((requests + groups) x workers)
-        per packing, plus O(group members) per move, at most ``4 x workers +
+        per packing, except that a piece costing the same on every worker (no worker
+        holds any of it: a fresh prompt) takes O(log workers) from a heap, which picks
+        as the scan does, plus O(group members) per move, at most ``4 x workers +
         pieces`` moves.
         """
         if not requests:
@@ -338,8 +382,19 @@ class DefaultPolicy:
         self._turn = turn + 1
         order = (*range(turn, n), *range(turn))
         whole: list[_Piece] = []
+        fast = _FAST_PATHS
+        single = _Piece.single
+        even: dict[float, list[float]] = {}  # the rows of pieces that cost the same everywhere
         for g, group in enumerate(groups):
             indices, shared = group
+            if fast and len(indices) == 1:  # a group of one: no partner inside it
+                i = indices[0]
+                view = views[i]
+                length = len(requests[i].tokens)
+                held = view.lengths if view.expected is None else view.expected  # _held
+                shared = length if length < shared else shared  # min(shared, length)
+                whole.append(single(g, i, length, held, shared, even))
+                continue
             if not indices:
                 continue
             # The router's groups give each member's partner in the group; a user's
@@ -371,7 +426,7 @@ class DefaultPolicy:
             pools = _Pools(cast(list[int], capacities), queued)
         best = None
         for pieces in ([whole] if len(cut) == len(whole) else [whole, cut]):
-            packing = _pack(list(pieces), queued, order, speed, weight, in_flight, pools)
+            packing = _pack(list(pieces), queued, order, speed, weight, in_flight, pools, fast)
             if best is None or max(packing[2]) < max(best[2]):
                 best = packing
         assert best is not None
@@ -800,6 +855,7 @@ def _pack(
     weight: list[float],
     in_flight: list[float],
     pools: _Pools | None = None,
+    fast: bool = False,
 ) -> tuple[list[_Piece], list[int], list[float]]:
     """Place the pieces, each on the worker it leaves least loaded (a second piece of a
     group on a worker shares the first one's prefix there): those some worker holds
@@ -812,35 +868,72 @@ def _pack(
     ``order``'s first (the policy's rotation), ties going to the fewest tokens in
     flight. With ``pools`` (bounded caches) a piece's cost on a worker is what the
     worker's load grows by, its prefix recomputed as ``_Pools`` counts it. Returns
-    the pieces, each one's worker and the workers' loads."""
+    the pieces, each one's worker and the workers' loads.
+
+    ``fast``: a run of pieces that cost the same on every worker (no worker holds any
+    of them, their group is placed nowhere yet, no pools) is placed from a heap of the
+    workers keyed by ``(score, tokens in flight, place in order)``, the order in which
+    the scan picks, so it picks the same worker in O(log workers) a piece; with pools,
+    a worker with no piece yet is priced by ``_Pools.alone``. O(pieces x workers)
+    otherwise."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
     placed: set[tuple[int, int]] = set()
+    on_some: set[int] = set()  # the groups of placed pieces
     rows = [piece.costs() for piece in pieces]
     # The pieces some worker holds more of go first, the most it saves first: a piece
     # that costs the same everywhere then fills in around them (largest first), and
     # does not take the worker a later piece would find its prefix on.
     saving = [max(row) - min(row) for row in rows]
-    for p in sorted(range(len(pieces)), key=lambda p: (-saving[p], -pieces[p].cold)):
+    # A heap compares as the scan only over numbers that compare (no NaN anywhere).
+    by_heap = fast and pools is None and all(
+        map(math.isfinite, itertools.chain(load, in_flight, speed, weight))
+    )
+    heap: list[tuple[float, float, int, int]] = []
+    heap_cost = math.nan  # the cost the heap's scores are of (none yet)
+    ranks = [(-save, -piece.cold) for save, piece in zip(saving, pieces, strict=True)]
+    for p in sorted(range(len(pieces)), key=ranks.__getitem__):
         piece = pieces[p]
         row = rows[p]
-        best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
-        for w in order:
-            cost = piece.cost(w, True) if (piece.group, w) in placed else row[w]
+        group = piece.group
+        if by_heap and saving[p] == 0 and group not in on_some:
+            cost = row[0]
+            if cost != heap_cost:  # the scores of another cost: build it again
+                heap = [
+                    (speed[w] * (load[w] + weight[w] * cost), in_flight[w], rank, w)
+                    for rank, w in enumerate(order)
+                ]
+                heapq.heapify(heap)
+                heap_cost = cost
+            rank, best = heap[0][2], heap[0][3]
+            load[best] += cost
+            in_flight[best] += cost
+            score = speed[best] * (load[best] + weight[best] * cost)
+            heapq.heapreplace(heap, (score, in_flight[best], rank, best))
+        else:
+            heap_cost = math.nan  # loads change outside the heap: it is stale
+            best, best_score, best_cost, best_tokens = -1, math.inf, 0.0, math.inf
+            for w in order:
+                cost = piece.cost(w, True) if (group, w) in placed else row[w]
+                if pools is not None:
+                    # A worker with nothing of the batch yet: most of a wide fleet.
+                    after = pools.alone(w, piece) if fast and not pools.on[w] else None
+                    if after is None:
+                        after = pools.load(w, [*pools.on[w], piece])
+                    cost = after - load[w]
+                score = speed[w] * (load[w] + weight[w] * cost)
+                if best < 0 or score < best_score or (
+                    score == best_score and in_flight[w] < best_tokens
+                ):
+                    best, best_score, best_cost, best_tokens = w, score, cost, in_flight[w]
+            load[best] += best_cost
+            in_flight[best] += best_cost
             if pools is not None:
-                cost = pools.load(w, [*pools.on[w], piece]) - load[w]
-            score = speed[w] * (load[w] + weight[w] * cost)
-            if best < 0 or score < best_score or (
-                score == best_score and in_flight[w] < best_tokens
-            ):
-                best, best_score, best_cost, best_tokens = w, score, cost, in_flight[w]
+                pools.on[best].append(piece)
         where[p] = best
-        load[best] += best_cost
-        in_flight[best] += best_cost
-        placed.add((piece.group, best))
-        if pools is not None:
-            pools.on[best].append(piece)
+        placed.add((group, best))
+        on_some.add(group)
     if pools is not None:
         pools.on = [[] for _ in pools.on]  # the next packing starts afresh
     return pieces, where, load
@@ -867,6 +960,14 @@ class _Pools:
         self.capacities = capacities
         self.queued = queued
         self.on: list[list[_Piece]] = [[] for _ in capacities]
+
+    def alone(self, worker: int, piece: _Piece) -> float | None:
+        """``load(worker, [piece])`` when the piece's prefix fits the pool (nothing is
+        recomputed then), in O(1) and with the same arithmetic; None when it does not."""
+        prefix = float(piece.shared)
+        if (prefix if prefix > 0 else 0) > float(self.capacities[worker]):
+            return None
+        return self.queued[worker] + (0.0 + piece.cost(worker, False))  # as load sums it
 
     def load(self, worker: int, pieces: list[_Piece]) -> float:
         """The worker's tokens to compute with ``pieces`` on it, prefixes recomputed."""

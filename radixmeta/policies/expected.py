@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["expected_lengths"]
+__all__ = ["expected_length", "expected_lengths"]
 
 
 def expected_lengths(
@@ -96,19 +96,65 @@ def expected_lengths(
         capacity = capacities[i]
         if capacity is None or matched <= head:
             continue
-        room = capacity - matched
         writes = prefill_tokens[i]
         if writes <= 0:
             continue
-        if protected is not None and (protected(i) if callable(protected) else protected[i]):
-            share = 1.0 if writes <= room else max(room, 0) / writes
-        else:
-            share = 1.0 - writes / room if room > writes else 0.0
-        # To the nearest whole page, as an estimate (never past the match itself).
-        keep = head + int((matched - head) * share / page_size + 0.5) * page_size
+        keep = _kept(i, matched, head, capacity, writes, page_size, protected)
         if keep >= matched:
             continue
         if out is lengths:
             out = lengths[:]
         out[i] = keep
     return out
+
+
+def expected_length(
+    i: int,
+    lengths: list[int],
+    capacities: Sequence[int | None],
+    prefill_tokens: Sequence[int],
+    page_size: int = 1,
+    protected: Sequence[bool] | Callable[[int], bool] | None = None,
+    head: int | None = None,
+) -> int:
+    """``expected_lengths(...)[i]`` alone, for a caller that needs one worker's value.
+
+    ``head`` is ``min(lengths)`` if the caller knows it already; ``protected`` is
+    asked about ``i`` only. O(1) given ``head``, else O(workers) for the minimum.
+
+    Examples
+    --------
+    >>> expected_length(0, [4000, 512, 512], [10_000, 10_000, 10_000], [3000, 0, 0])
+    2256
+    """
+    matched = lengths[i]
+    capacity = capacities[i]
+    if head is None:
+        head = min(lengths)
+    if capacity is None or matched <= head:
+        return matched
+    writes = prefill_tokens[i]
+    if writes <= 0:
+        return matched
+    keep = _kept(i, matched, head, capacity, writes, page_size, protected)
+    return keep if keep < matched else matched
+
+
+def _kept(
+    i: int,
+    matched: int,
+    head: int,
+    capacity: int,
+    writes: int,
+    page_size: int,
+    protected: Sequence[bool] | Callable[[int], bool] | None,
+) -> int:
+    """What worker ``i`` is expected to keep of its ``matched`` tokens (module docstring),
+    to the nearest whole page past ``head``; may be ``matched`` or more (nothing cut)."""
+    room = capacity - matched
+    if protected is not None and (protected(i) if callable(protected) else protected[i]):
+        share = 1.0 if writes <= room else max(room, 0) / writes
+    else:
+        share = 1.0 - writes / room if room > writes else 0.0
+    # To the nearest whole page, as an estimate (never past the match itself).
+    return head + int((matched - head) * share / page_size + 0.5) * page_size

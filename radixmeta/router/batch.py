@@ -26,12 +26,13 @@ from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
 from radixmeta.policies._params import extremes
 from radixmeta.policies.base import Request, View
-from radixmeta.policies.expected import expected_lengths
+from radixmeta.policies.expected import expected_length, expected_lengths
 from radixmeta.router.estimate import Estimate
 from radixmeta.router.registry import Detail, Registry, Spill
 
 __all__ = [
     "BatchItem",
+    "Expected",
     "Planned",
     "batch_item",
     "batch_matched",
@@ -94,36 +95,96 @@ def groups_of(items: Sequence[BatchItem], page_size: int, ratio: float) -> list[
     return prefix_groups(keys, namespaces, tagged, page_size, ratio)
 
 
-def expected_of(
-    registry: Registry, estimate: Estimate, requests: list[Request], matches: list[Any]
-) -> list[list[int]] | None:
+class Expected:
     """Per request of a batch, what each worker is expected to still hold of it when it
-    runs there (by worker index, as ``MetaMatch.length_list``), from the loads before
-    the batch; ``None`` when the router makes no estimate (no capacity known)."""
-    if not registry.bounded:
-        return None
-    up, dense, align = registry.up, registry.dense, registry.align
-    queued = registry.prefill if dense else align(registry.prefill)
-    out = []
-    for request, m in zip(requests, matches, strict=True):
-        every = m.length_list
-        lengths = every if dense else align(every)
-        protected = estimate.protection(
-            request.tokens, request.namespace, request.extras, lengths, up
+    runs there (``View.expected``, by worker index as ``MetaMatch.length_list``), from
+    the loads before the batch; computed when asked.
+
+    :meth:`row` is a request's whole row, an O(workers) Python loop (the view of a
+    request a policy decides); :meth:`at` one worker's value, O(1) in Python beside
+    the match's lengths and their minimum, read in C (a member following its run's
+    first request onto that worker). Both give what the same
+    request's row would: the rule is :func:`~radixmeta.policies.expected.expected_lengths`.
+    """
+
+    __slots__ = ("_dense", "_estimate", "_matches", "_queued", "_registry", "_requests",
+                 "_rows")
+
+    def __init__(
+        self, registry: Registry, estimate: Estimate, requests: list[Request], matches: list[Any]
+    ) -> None:
+        self._registry, self._estimate = registry, estimate
+        self._requests, self._matches = requests, matches
+        self._dense = registry.dense
+        # A copy: the rows are made while the batch is decided, and a policy may call
+        # the router meanwhile; every row is of the loads before the batch.
+        self._queued = registry.align(registry.prefill)
+        self._rows: dict[int, list[int]] = {}
+
+    def _protection(self, k: int, lengths: list[int]) -> Any:
+        request, registry = self._requests[k], self._registry
+        return self._estimate.protection(
+            request.tokens, request.namespace, request.extras, lengths, registry.up
         )
+
+    def row(self, k: int) -> list[int]:
+        """Request ``k``'s row, by worker index (its ``length_list`` itself when nothing
+        is cut)."""
+        row = self._rows.get(k)
+        if row is not None:
+            return row
+        registry = self._registry
+        every = self._matches[k].length_list
+        lengths = every if self._dense else registry.align(every)
         got = expected_lengths(
-            lengths, registry.capacities, queued, registry.page_size, protected
+            lengths,
+            registry.capacities,
+            self._queued,
+            registry.page_size,
+            self._protection(k, lengths),
         )
         if got is lengths:
-            out.append(every)
-        elif dense:
-            out.append(got)
+            row = every
+        elif self._dense:
+            row = got
         else:
-            by_index = every[:]
+            row = every[:]
             for p, i in enumerate(registry.up_index):
-                by_index[i] = got[p]
-            out.append(by_index)
-    return out
+                row[i] = got[p]
+        self._rows[k] = row
+        return row
+
+    def at(self, k: int, i: int) -> int:
+        """``row(k)[i]``: what request ``k`` is expected to find on worker index ``i``."""
+        row = self._rows.get(k)
+        if row is not None:
+            return row[i]
+        registry = self._registry
+        every = self._matches[k].length_list
+        lengths = every if self._dense else registry.align(every)
+        p = i if self._dense else registry.position[i]
+        return expected_length(
+            p,
+            lengths,
+            registry.capacities,
+            self._queued,
+            registry.page_size,
+            self._protection(k, lengths),
+        )
+
+    def rows(self) -> list[list[int]]:
+        """Every request's row, in batch order."""
+        return [self.row(k) for k in range(len(self._requests))]
+
+
+def expected_of(
+    registry: Registry, estimate: Estimate, requests: list[Request], matches: list[Any]
+) -> Expected | None:
+    """What the batch's requests are expected to find per worker (:class:`Expected`);
+    ``None`` when the router makes no estimate (no capacity known)."""
+    if not registry.bounded:
+        return None
+    return Expected(registry, estimate, requests, matches)
 
 
 def by_policy(
@@ -132,12 +193,13 @@ def by_policy(
     requests: list[Request],
     matches: list[Any],
     groups: Sequence[PrefixGroup],
-    held: list[list[int]] | None = None,
+    estimate: Expected | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Every request decided by the policy's ``choose_batch``, from views that all show
     the loads before any decision of the batch; and what each finds on its worker.
-    ``held``: :func:`expected_of`'s estimate, shown as each view's ``expected``."""
+    ``estimate``: :func:`expected_of`'s, shown as each view's ``expected``."""
     every = [m.length_list for m in matches]
+    held = None if estimate is None else estimate.rows()
     shared = registry.aligned()  # one copy for every view (views are read-only)
     expected = held if held is not None else [None] * len(every)
     views = [
@@ -164,11 +226,12 @@ def by_groups(
     requests: list[Request],
     matches: list[Any],
     groups: Sequence[PrefixGroup],
-    held_of: list[list[int]] | None = None,
+    estimate: Expected | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Decide a batch group by group with the policy's ``choose``; and what each request
-    finds on its worker (``batch_matched``'s answer, found on the way; ``held_of``:
-    :func:`expected_of`'s estimate, where the router makes one).
+    finds on its worker (``batch_matched``'s answer, found on the way; ``estimate``:
+    :func:`expected_of`'s, where the router makes one: a whole row only for the
+    requests the policy is asked about, one worker's value for those that follow).
 
     The group's first request is chosen for; the next ones follow while the worker's
     requests in flight stay within ``slack`` of the least loaded up worker's; the rest
@@ -195,12 +258,14 @@ def by_groups(
                 first.length_list,
                 registry.aligned(plan_loads, spill),
                 spill,
-                None if held_of is None else held_of[members[at]],
+                None if estimate is None else estimate.row(members[at]),
             )
             worker, label, detail = registry.checked(choose(requests[members[at]], view), spill)
             i = worker.index
             start = loads[i]
-            end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
+            end = at + 1  # the first always goes; the room matters to a run of more
+            if end < len(members):
+                end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
             choice = (worker, label, detail, view)
             uncached = 0
             for j in range(at, end):
@@ -209,7 +274,7 @@ def by_groups(
                 where[k] = i
                 # What the batch's earlier requests leave on this worker (see
                 # batch_matched; a partner is decided before its request).
-                held = matches[k].length_of(worker) if held_of is None else held_of[k][i]
+                held = matches[k].length_of(worker) if estimate is None else estimate.at(k, i)
                 p = partners[j]
                 if p >= 0:
                     if where[p] != i:
