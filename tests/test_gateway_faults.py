@@ -58,7 +58,10 @@ def _post(url, prompt="hello", **body):
 
 def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down(engines):
     [engine] = engines()
-    with ServedGateway(config(engine.spec(), failures_to_open=2)) as gw:
+    # The breaker stays open 4 s, so the 503 below is not raced by a half-open retry that
+    # a loaded machine lets come first (open_seconds is 0.2 s in config()).
+    options = {"failures_to_open": 2, "open_seconds": 4.0, "max_open_seconds": 4.0}
+    with ServedGateway(config(engine.spec(), **options)) as gw:
         wait_for(lambda: gw.gateway.fleet.up_count == 1)
         engine.control(fail_status=500)
         for _ in range(2):
@@ -75,7 +78,7 @@ def test_an_engine_error_is_passed_through_and_k_of_them_take_it_down(engines):
         assert httpx.get(gw.url + "/health").status_code == 503
         # It recovers: its /health still answers, so the half-open check closes the breaker.
         engine.control(fail_status=None)
-        wait_for(lambda: gw.gateway.fleet.up_count == 1, timeout=10)
+        wait_for(lambda: gw.gateway.fleet.up_count == 1, timeout=20)
         assert _post(gw.url).status_code == 200
         text = httpx.get(gw.url + "/metrics").text
         errors = f'upstream_errors_total{{kind="status",worker="{engine.url}"}} 2.0'
