@@ -199,3 +199,23 @@ def test_default_reads_the_pool_the_engine_reports_not_the_sum_of_its_prompts() 
     # Without reports the router's own counts are all there is: the holder looks full.
     blind = with_(v, reported=[None, None])
     assert index_of(blind, create("default").choose(request(8500), blind)) == 1
+
+
+@pytest.mark.parametrize("prefill", ["mistral_7b_a6000", "llama3_70b_a100_tp2"])
+def test_default_does_not_fit_a_request_into_a_pool_its_engine_reports_full(prefill: str) -> None:
+    # Worker 0's engine holds 99 % of its pool for running requests; worker 1 has a queue
+    # but room. With no output seen yet, no memory wait is priced, so the fit rule alone
+    # must read the reported use (with a prefill-only model there is no wait at all).
+    reports = [
+        EngineLoad(queue_length=0, kv_usage=0.99, running=20, router_requests=20),
+        EngineLoad(queue_length=0, kv_usage=0.10, running=2, router_requests=2),
+    ]
+    v = view(
+        [0, 0],
+        requests=[20, 2],
+        prefill=[0, 20_000],
+        decode=[99_000, 0],
+        capacities=[100_000, 100_000],
+        reported=reports,
+    )
+    assert index_of(v, create("default", prefill=prefill).choose(request(5000), v)) == 1

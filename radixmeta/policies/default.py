@@ -648,6 +648,8 @@ class DefaultPolicy:
         weight = 1.0 + work_weight * (1.0 if behind is None or behind < 1.0 else behind)
         # A request the router cannot see weighs the mean uncached tokens of those it can.
         unit = sum(queued) / in_flight_requests if in_flight_requests else float(size)
+        # _memory_wait returns 0 without a decode model or a mean output to free room at.
+        wait_priced = self._decode is not None and self._outputs[1] > 0
         best = -1
         best_fits = False
         best_score = math.inf
@@ -684,14 +686,17 @@ class DefaultPolicy:
             if capacity is None:
                 fits = True
             else:
-                # Where the engine reports its KV use, the wait for room in a full pool
-                # is priced above (_memory_wait), and the pool fits the request unless
-                # the queue alone fills it: the router's decode tokens count a prefix
-                # that running requests share once per request, so on shared prefixes
-                # they rule out workers whose pools are half empty.
+                # Where the engine reports its KV use, the router's decode tokens are
+                # not read: they count a prefix that running requests share once per
+                # request, so on shared prefixes they rule out workers whose pools are
+                # half empty. Where the wait for room is priced above (_memory_wait),
+                # the pool fits unless the queue alone fills it; where it cannot be (no
+                # decode model, or no output known yet), the reported use counts here.
                 report = reported[i]
                 if report is not None and report.kv_usage is not None:
                     held = queued[i]
+                    if not wait_priced:
+                        held += report.kv_usage * capacity
                 else:
                     held = in_flight
                 fits = held + size - matched <= capacity
