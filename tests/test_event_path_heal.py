@@ -259,6 +259,26 @@ def test_a_stale_worker_whose_source_serves_no_snapshot_is_not_asked_again() -> 
 
 
 # -- a replay across a garbage batch -------------------------------------------------------
+class BrokenCanSnapshot(FlakySnapshots):
+    def can_snapshot(self, worker: str, dp_rank: int) -> bool:
+        msg = "the source cannot tell (scripted)"
+        raise RuntimeError(msg)
+
+
+def test_a_source_whose_can_snapshot_raises_loses_no_record() -> None:
+    log, cache, tree, w, source, replayer = a_stale_worker(BrokenCanSnapshot, failing=1)
+    with replayer:
+        time.sleep(RESNAPSHOT_DELAYS[0] + 0.02)
+        submit_next(replayer, log, cache, 3)
+        stats = replayer.replay()
+        assert stats.malformed == 0 and source.asked == 1
+        assert replayer.probe() >= 0  # the probe path asks it too, and goes on
+        replayer.replay()
+        (lag,) = replayer.lag()
+        assert lag.stale and lag.last_error is not None and "can_snapshot raised" in lag.last_error
+        assert tree.match(key(3)).length_of(w) == PAGE
+
+
 def test_a_replay_that_crosses_a_kept_garbage_batch_still_repairs_the_gap_before_it() -> None:
     """A vLLM-format worker (no snapshots): batch 1 is lost in transit and batch 3 is
     garbage kept in the replay buffer. The repair of the gap at 1 (found by batch 2)

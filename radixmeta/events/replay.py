@@ -742,7 +742,14 @@ class Replayer:
         if self.source is None or self._closed or time.monotonic() < cursor.resnapshot_at:
             return False
         can_snapshot = getattr(self.source, "can_snapshot", None)
-        return can_snapshot is None or bool(can_snapshot(*cursor.key))
+        if can_snapshot is None:
+            return True
+        try:
+            return bool(can_snapshot(*cursor.key))
+        except Exception as exc:  # the source's own failure: not asked now, and said why
+            cursor.resnapshot_at = time.monotonic() + RESNAPSHOT_DELAYS[-1]
+            cursor.last_error = f"stale: the source's can_snapshot raised {exc!r}"
+            return False
 
     def _settle_resnapshot(self, cursor: _Cursor, question: Question, answer: Answer) -> None:
         """A stale worker's snapshot asked again: rebuilt from it, or stale a while longer."""

@@ -334,9 +334,11 @@ class DefaultPolicy:
         ``"batch"``, with its piece's ``group_tokens`` and the worker's
         ``worker_tokens`` once the batch is placed. O((requests + groups) x workers)
         per packing, except that a piece costing the same on every worker (no worker
-        holds any of it: a fresh prompt) takes O(log workers) from a heap, which picks
-        as the scan does, plus O(group members) per move, at most ``4 x workers +
-        pieces`` moves.
+        holds any of it: a fresh prompt) is placed from a heap, which picks as the
+        scan does: O(log workers) a piece within a run of such pieces of equal cost,
+        O(workers) to build the heap when the cost changes (fresh prompts of distinct
+        lengths rebuild it for each, no cheaper than the scan); plus the moves, at
+        most ``4 x workers + pieces`` of them, each scanning the pieces.
         """
         if not requests:
             return []
@@ -878,9 +880,10 @@ def _pack(
     ``fast``: a run of pieces that cost the same on every worker (no worker holds any
     of them, their group is placed nowhere yet, no pools) is placed from a heap of the
     workers keyed by ``(score, tokens in flight, place in order)``, the order in which
-    the scan picks, so it picks the same worker in O(log workers) a piece; with pools,
-    a worker with no piece yet is priced by ``_Pools.alone``. O(pieces x workers)
-    otherwise."""
+    the scan picks, so it picks the same worker: O(log workers) a piece while the
+    pieces' cost stays the same, O(workers) to rebuild the heap when it changes (so a
+    run of distinct costs is no cheaper than the scan); with pools, a worker with no
+    piece yet is priced by ``_Pools.alone``. O(pieces x workers) otherwise."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
