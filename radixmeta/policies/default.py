@@ -695,13 +695,14 @@ class DefaultPolicy:
                 # the pool fits unless the queue alone fills it; where it cannot be (no
                 # decode model, or no output known yet), the reported use counts here.
                 report = reported[i]
+                taken: float
                 if report is not None and report.kv_usage is not None:
-                    held = queued[i]
+                    taken = queued[i]
                     if not wait_priced:
-                        held += report.kv_usage * capacity
+                        taken += report.kv_usage * capacity
                 else:
-                    held = in_flight
-                fits = held + size - matched <= capacity
+                    taken = in_flight
+                fits = taken + size - matched <= capacity
             if (
                 best < 0
                 or (fits and not best_fits)
