@@ -87,6 +87,11 @@ def test_the_router_follows_a_restarted_vllm_engine() -> None:
             for k in range(1, 7):
                 store(engine, k)
             until(lambda: router.tree.held_tokens(w0) == 6 * PAGE)
+            # A probe of the replay socket sent before the live batches arrived (the router's
+            # start or idle probe, on a loaded machine) is answered with them again: the
+            # first engine's duplicates, rightly counted as such.
+            time.sleep(0.3)
+            duplicates_before = router.replayer.worker_stats("w0").duplicates
         with vllm_engine(live, replay) as engine:  # killed and started again: seqs from 0
             until(lambda: sub.subscriber.connections == (2,))
             time.sleep(0.2)
@@ -95,4 +100,5 @@ def test_the_router_follows_a_restarted_vllm_engine() -> None:
             until(lambda: router.tree.held_tokens(w0) == PAGE and holds(100) == PAGE)
             assert all(holds(k) == 0 for k in range(1, 7))
             stats = router.replayer.worker_stats("w0")
-            assert stats.restarts == 1 and stats.duplicates == 0
+            # None of the new engine's batches is taken for a duplicate.
+            assert stats.restarts == 1 and stats.duplicates == duplicates_before
