@@ -1,9 +1,11 @@
-"""The batch rules of ``default`` (pack groups, split only what load forbids) and
+"""The batch rules of ``default`` (pack groups, split only what load forbids: its path
+for a batch over ``IN_ORDER_BUDGET``, forced here for every batch) and
 ``longest_prefix`` (pure affinity: never split), through ``Router.dispatch_batch``."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,15 @@ from hypothesis import strategies as st
 from radixmeta import Router
 from radixmeta.policies import default as default_module
 from radixmeta.policies.default import DefaultPolicy
+
+
+@pytest.fixture(autouse=True, scope="module")
+def packing() -> Iterator[None]:
+    """These tests are of the packing path: a batch of any size is packed (a batch under
+    ``IN_ORDER_BUDGET`` is otherwise decided in order, test_policies_batch_order.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(default_module, "IN_ORDER_BUDGET", 0.0)
+        yield
 
 
 def prompt(group: int, k: int, prefix: int = 64, own: int = 8) -> np.ndarray:

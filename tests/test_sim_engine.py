@@ -174,8 +174,12 @@ def test_the_defaults_make_a_sensible_config() -> None:
     assert cfg.policy_name == "default" and replace(cfg, workers=2).workers == 2
 
 
-def test_default_packs_a_batch_by_group() -> None:
+def test_default_packs_a_batch_by_group(monkeypatch: pytest.MonkeyPatch) -> None:
     from radixmeta import Router
+    from radixmeta.policies import default
+
+    # Packing is the path of a batch over the in-order budget (80 requests are under it).
+    monkeypatch.setattr(default, "IN_ORDER_BUDGET", 0.0)
 
     router = Router(1, policy="default")
     for name in ("a", "b", "c", "d"):

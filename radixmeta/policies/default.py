@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from radixmeta._workers import WorkerId
+from radixmeta.policies._in_order import decide_in_order
 from radixmeta.policies._params import ReportedExtra, check_number, new_choice
 from radixmeta.policies.base import Choice, EngineLoad, Request, View
 from radixmeta.policies.costs import (
@@ -42,7 +43,13 @@ from radixmeta.policies.costs import (
     prefill_model,
 )
 
-__all__ = ["CHUNK_TOKENS", "CLIP_OUTPUT_TOKENS", "DefaultPolicy"]
+__all__ = [
+    "CHUNK_TOKENS",
+    "CLIP_OUTPUT_TOKENS",
+    "IN_ORDER_BUDGET",
+    "IN_ORDER_COST",
+    "DefaultPolicy",
+]
 
 #: Tokens per prefill chunk, the unit of the queue estimate (Preble's workers run
 #: chunked prefill with a 512-token budget).
@@ -50,6 +57,15 @@ CHUNK_TOKENS = 512
 #: Output tokens a request's KV reserve counts at most (SGLang's
 #: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), as its admission does.
 CLIP_OUTPUT_TOKENS = 4096
+#: Seconds a batch may take to be decided request by request (``choose_batch``'s
+#: in-order path): about one decode step of an engine, the time a batch waits for
+#: the router without the wait showing against the engines' own.
+IN_ORDER_BUDGET = 0.010
+#: What deciding one request of a batch in order costs, in seconds: a fixed part and
+#: a part per worker, an upper envelope of what ``bench/bench_batch_order.py``
+#: measures. A batch of ``r`` requests on ``n`` workers is decided in order while
+#: ``r * (IN_ORDER_COST[0] + n * IN_ORDER_COST[1]) <= IN_ORDER_BUDGET``.
+IN_ORDER_COST = (30e-6, 1e-6)
 _TIMES_KEPT = 1 << 16
 _ORDERS_KEPT = 64
 #: choose_batch's shortcuts for the common shapes of a large batch (groups of one
@@ -245,7 +261,10 @@ class DefaultPolicy:
     Complexity: O(workers) per ``choose``, with at most two prefill-model calls
     per distinct match length.
 
-    Batches: a batch (``Router.dispatch_batch``) is decided whole by :meth:`choose_batch`:
+    Batches: a batch (``Router.dispatch_batch``) small enough to be decided request
+    by request within :data:`IN_ORDER_BUDGET` is, by ``choose`` itself, each request
+    seeing the earlier ones' loads and pages: the decisions a run of single
+    dispatches would make. A larger batch is decided whole by :meth:`choose_batch`:
     the batch's shared-prefix groups are packed onto the workers by the tokens they
     bring, largest first, each to the worker it leaves least loaded; only a group
     bigger than a worker's fair share is cut beforehand, and members then move off
@@ -320,8 +339,21 @@ class DefaultPolicy:
         views: Sequence[View],
         groups: Sequence[tuple[Sequence[int], int]],
     ) -> list[Choice]:
-        """Decide a batch by packing its prefix groups on the workers (class docstring).
+        """Decide a batch in order, or by packing its prefix groups on the workers.
 
+        In order, while ``len(requests) * (IN_ORDER_COST[0] + workers *
+        IN_ORDER_COST[1]) <= IN_ORDER_BUDGET`` and the groups name each request's
+        partner (the router's do): each request by :meth:`choose`, its view adding
+        the batch's earlier decisions' requests and uncached tokens to their
+        workers' loads, and the whole pages it shares with the earlier requests
+        sent to a worker to what that worker holds of it
+        (:func:`~radixmeta.policies._in_order.decide_in_order`). Those are the
+        decisions ``Router.dispatch`` would make for the requests one after the
+        other (where the router estimates evictions, a page shared with a request
+        just ahead in the batch counts as cached); the reasons are ``choose``'s.
+        O(requests x workers), plus the shared pages' segments.
+
+        Otherwise the batch is packed:
         Work is counted in prompt tokens to compute: each member's prompt past what
         the worker already holds of it and what it shares with earlier members
         placed with it (a group's shared prefix is computed once per worker), and a
@@ -335,13 +367,37 @@ class DefaultPolicy:
         ``worker_tokens`` once the batch is placed. O((requests + groups) x workers)
         per packing, except that a piece costing the same on every worker (no worker
         holds any of it: a fresh prompt) is placed from a heap, which picks as the
-        scan does: O(log workers) a piece within a run of such pieces of equal cost,
-        O(workers) to build the heap when the cost changes (fresh prompts of distinct
-        lengths rebuild it for each, no cheaper than the scan); plus the moves, at
+        scan does, built only for a run of two or more such pieces of one cost:
+        O(workers) to build it, then O(log workers) a piece of the run; a piece of a
+        cost of its own is scanned, O(workers) (fresh prompts of distinct lengths
+        cost what the scan costs); plus the moves, at
         most ``4 x workers + pieces`` of them, each scanning the pieces.
         """
         if not requests:
             return []
+        first = views[0]
+        n = len(first.workers)
+        fixed, per_worker = IN_ORDER_COST
+        if len(requests) * (fixed + n * per_worker) <= IN_ORDER_BUDGET:
+            turn, outputs = self._turn, self._outputs[:]
+            try:
+                decided = decide_in_order(self.choose, requests, views, groups)
+            except BaseException:
+                # A batch that raises changes nothing: choose moved the rotation and
+                # counted outputs for the requests before the one that raised.
+                self._turn, self._outputs[:] = turn, outputs
+                raise
+            if decided is not None:
+                return cast(list[Choice], decided)
+        return self._packed(requests, views, groups)
+
+    def _packed(
+        self,
+        requests: Sequence[Request],
+        views: Sequence[View],
+        groups: Sequence[tuple[Sequence[int], int]],
+    ) -> list[Choice]:
+        """``choose_batch``'s packing path (its docstring)."""
         first = views[0]
         workers = first.workers
         n = len(workers)
@@ -855,6 +911,30 @@ def _held(view: View) -> list[int]:
     return view.lengths if view.expected is None else view.expected
 
 
+def _run_goes_on(
+    ordered: list[int],
+    at: int,
+    rows: list[list[float]],
+    saving: list[float],
+    pieces: list[_Piece],
+    on_some: set[int],
+) -> bool:
+    """Whether the piece after ``ordered[at]`` is of the same run: it costs the same on
+    every worker as that one, at the same cost, and its group is placed nowhere yet (nor
+    is it the same group). A heap is built only for a run of two pieces or more: for a
+    piece alone it costs more than the scan it replaces."""
+    if at + 1 >= len(ordered):
+        return False
+    p, q = ordered[at], ordered[at + 1]
+    group = pieces[q].group
+    return (
+        saving[q] == 0
+        and rows[q][0] == rows[p][0]
+        and group != pieces[p].group
+        and group not in on_some
+    )
+
+
 def _pack(
     pieces: list[_Piece],
     queued: list[float],
@@ -878,13 +958,15 @@ def _pack(
     worker's load grows by, its prefix recomputed as ``_Pools`` counts it. Returns
     the pieces, each one's worker and the workers' loads.
 
-    ``fast``: a run of pieces that cost the same on every worker (no worker holds any
-    of them, their group is placed nowhere yet, no pools) is placed from a heap of the
-    workers keyed by ``(score, tokens in flight, place in order)``, the order in which
-    the scan picks, so it picks the same worker: O(log workers) a piece while the
-    pieces' cost stays the same, O(workers) to rebuild the heap when it changes (so a
-    run of distinct costs is no cheaper than the scan); with pools, a worker with no
-    piece yet is priced by ``_Pools.alone``. O(pieces x workers) otherwise."""
+    ``fast``: a run of two or more pieces in a row that cost the same on every worker,
+    at one cost (no worker holds any of them, their groups are placed nowhere yet, no
+    pools), is placed from a heap of the workers keyed by ``(score, tokens in flight,
+    place in order)``, the order in which the scan picks, so it picks the same worker:
+    O(workers) to build the heap at the run's first piece, then O(log workers) a
+    piece; a piece that starts no such run is placed by the scan, O(workers), without
+    a heap (pieces of distinct costs cost what the scan costs, no more); with pools, a
+    worker with no piece yet is priced by ``_Pools.alone``. O(pieces x workers)
+    otherwise; O(pieces log pieces) to order them."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
@@ -902,11 +984,17 @@ def _pack(
     heap: list[tuple[float, float, int, int]] = []
     heap_cost = math.nan  # the cost the heap's scores are of (none yet)
     ranks = [(-save, -piece.cold) for save, piece in zip(saving, pieces, strict=True)]
-    for p in sorted(range(len(pieces)), key=ranks.__getitem__):
+    ordered = sorted(range(len(pieces)), key=ranks.__getitem__)
+    for at, p in enumerate(ordered):
         piece = pieces[p]
         row = rows[p]
         group = piece.group
-        if by_heap and saving[p] == 0 and group not in on_some:
+        if (
+            by_heap
+            and saving[p] == 0
+            and group not in on_some
+            and (row[0] == heap_cost or _run_goes_on(ordered, at, rows, saving, pieces, on_some))
+        ):
             cost = row[0]
             if cost != heap_cost:  # the scores of another cost: build it again
                 heap = [
