@@ -42,6 +42,7 @@ def fleets_and_batches(draw: st.DrawFn) -> dict[str, Any]:
         "held": draw(st.lists(prompts(page), max_size=3)),
         "reports": draw(st.lists(st.tuples(st.integers(0, 6), st.floats(0, 1)), max_size=2)),
         "namespaces": draw(st.booleans()),
+        "down": draw(st.booleans()),  # a worker down: the views align to the up ones
         "batches": draw(
             st.lists(st.lists(prompts(page), min_size=1, max_size=16), min_size=1, max_size=3)
         ),
@@ -62,6 +63,8 @@ def twin(case: dict[str, Any]) -> Router:
         router.tree.insert(np.array(key, dtype=np.uint32), workers[k % len(workers)])
     for k, (queue, usage) in enumerate(case["reports"]):
         router.report_load(workers[k % len(workers)], queue_length=queue, kv_usage=usage)
+    if case.get("down") and len(workers) > 1:
+        router.mark_down(workers[0])
     return router
 
 
@@ -102,7 +105,7 @@ def test_the_comparison_fails_without_the_in_order_path(monkeypatch: pytest.Monk
     stem = [9] * 64
     case = {
         "page": 1, "mode": "exact", "workers": 2, "in_flight": [], "held": [], "reports": [],
-        "namespaces": False, "batches": [[stem + [k] * 8 for k in range(8)]],
+        "namespaces": False, "down": False, "batches": [[stem + [k] * 8 for k in range(8)]],
     }
     with pytest.raises(AssertionError):
         batch_against_single(case)
@@ -130,7 +133,7 @@ def test_the_second_request_of_a_prefix_finds_it_where_the_first_went() -> None:
     router.dispatch(np.arange(10_000, 10_500, dtype=np.uint32))  # busies one worker
     stem = list(range(2000))
     first, second = router.dispatch_batch(
-        [np.array(stem + [1], dtype=np.uint32), np.array(stem + [2], dtype=np.uint32)]
+        [np.array([*stem, 1], dtype=np.uint32), np.array([*stem, 2], dtype=np.uint32)]
     )
     assert first.worker == second.worker
     assert first.matched == 0 and second.matched == 2000
@@ -188,7 +191,8 @@ def test_a_choice_outside_the_view_raises_and_the_policy_is_as_it_was(
     def failing(self: DefaultPolicy, request: Request, view: View) -> Any:
         choice = original(self, request, view)
         if next(calls):
-            raise RuntimeError("boom")
+            msg = "boom"
+            raise RuntimeError(msg)
         return choice
 
     monkeypatch.setattr(DefaultPolicy, "choose", failing)
