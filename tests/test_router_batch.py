@@ -438,12 +438,20 @@ def test_group_runs_are_the_groups_of_the_links(core: Any, batch: Any, ratio: fl
     # path builds in Python from prefix_links (one namespace for all, so it runs).
     keys, page = batch
     arrays = [np.array(k, dtype=np.uint32) for k in keys]
-    runs = core.prefix_group_runs(arrays, page, ratio)
+    runs, partner, common, own = core.prefix_group_runs(arrays, page, ratio)
     built = prefix_groups(arrays, ["ns"] * len(keys), [False] * len(keys), page, ratio)
-    assert [list(r) for r in runs] == [
-        [g[0], g[1], g.partners, g.common, g.own] for g in built
-    ]
+    assert runs == built.runs
+    assert (partner, common, own) == (built.partner, built.common, built.own)
     assert sorted(i for r in runs for i in r[0]) == list(range(len(keys)))
+    # The flat lists are the links of prefix_partners, by batch index.
+    links = core.prefix_partners(arrays, page)
+    assert (partner, common) == (links[0].tolist(), links[1].tolist())
+    # Each group hands out its members' slices of them.
+    for group, (members, shared) in zip(built, runs, strict=True):
+        assert (group[0], group[1]) == (members, shared)
+        assert group.partners == [partner[k] for k in members]
+        assert group.common == [common[k] for k in members]
+        assert group.own == [own[k] for k in members]
 
 @given(
     batch=batches(),
