@@ -636,3 +636,14 @@ def test_prefix_groups_hand_out_bare_tuples_over_the_batch_lists() -> None:
     )
     with pytest.raises(InvalidInputError):
         PrefixGroup([4, 6], 2, [1], [3, 2], [5, 1])
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the native core is not built")
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.5, 1.0]))
+def test_group_runs_are_the_same_in_both_cores(batch: Any, ratio: float) -> None:
+    # The runs and the three flat lists, natively and in the oracle, side by side.
+    keys, page = batch
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    assert NATIVE.prefix_group_runs(arrays, page, ratio) == REFERENCE.prefix_group_runs(
+        arrays, page, ratio
+    )
