@@ -24,8 +24,10 @@ Rows, per workload and batch size (one run each, the sizes are large):
   processes hold the cores; ``--repeats N`` keeps the run of least CPU of N, and
   ``--general`` runs the default policy's ``choose_batch`` without its shortcuts, the
   same decisions by the general code, for an A/B of one build); then the native calls
-  it makes, each timed alone (:func:`native_parts`), and what is left: the router's
-  and the policy's Python.
+  it makes, each timed alone (:func:`native_parts`), and what is left, split into the
+  policy's Python (``policy``: its ``choose_batch``, or its ``choose`` calls, timed in
+  the run) and the router's (``router``: the rest, with the collector's first young
+  collection after the batch).
 """
 
 from __future__ import annotations
@@ -108,26 +110,53 @@ def fresh_router(policy: str = "default") -> Router:
     return router
 
 
+def timed_batch(policy: str, prompts: list[np.ndarray]) -> tuple[float, float, float]:
+    """Wall-clock and CPU seconds of one ``dispatch_batch`` on a fresh router (as
+    :func:`timed_both`), and the CPU seconds its policy took: ``choose_batch``, or every
+    ``choose`` of the group-by-group path (each call then also pays the timer's few
+    hundred nanoseconds)."""
+    router = fresh_router(policy)
+    spent = [0.0]
+    name = "_choose_batch" if router._choose_batch is not None else "_choose"
+    inner = getattr(router, name)
+
+    def timed(*args: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return inner(*args)
+        finally:
+            spent[0] += time.process_time() - t0
+
+    setattr(router, name, timed)
+    wall, cpu = timed_both(router.dispatch_batch, prompts)
+    return wall, cpu, spent[0]
+
+
 def native_parts(prompts: list[np.ndarray], policy: str = "default") -> dict[str, float]:
     """CPU seconds of the native calls one ``dispatch_batch`` makes, each timed alone.
 
     On a fresh 8-worker router's tree, as ``dispatch_batch`` meets it: every prompt's
     ``MetaTree.match`` (cursor form), the batch's ``prefix_group_runs``, and one
-    ``hold`` per match (exact mode's optimistic mark). What ``dispatch_batch`` takes
-    beyond their sum is its Python: ``radixmeta/router.py``, the policy, ``_batch.py``.
+    ``hold`` per match (exact mode's optimistic mark), with the collector paused as
+    ``dispatch_batch`` pauses it. What ``dispatch_batch`` takes
+    beyond their sum is its Python: ``radixmeta/router/``, the policy, ``_batch.py``.
     """
     router = fresh_router(policy)
     tree = router.tree
-    worker = router.workers[0]
+    workers = router.workers
     gc.collect()
-    t0 = time.process_time()
-    matches = [tree.match(p, cursor=True) for p in prompts]
-    t1 = time.process_time()
-    backend.prefix_group_runs(prompts, PAGE, router.group_ratio)
-    t2 = time.process_time()
-    for m in matches:
-        m.hold(worker)
-    t3 = time.process_time()
+    gc.disable()  # as dispatch_batch runs them (router/_collector.py)
+    try:
+        t0 = time.process_time()
+        matches = [tree.match(p, cursor=True) for p in prompts]
+        t1 = time.process_time()
+        backend.prefix_group_runs(prompts, PAGE, router.group_ratio)
+        t2 = time.process_time()
+        for k, m in enumerate(matches):  # spread over the workers, as a batch is
+            m.hold(workers[k % WORKERS])
+        t3 = time.process_time()
+    finally:
+        gc.enable()
     return {"match": t1 - t0, "group_runs": t2 - t1, "hold": t3 - t2}
 
 
@@ -173,12 +202,12 @@ def main() -> None:
             line = (f"{name:<10}{n:>9,}{row['prefix_links']:>13.3f}"
                     f"{row['group_runs']:>11.3f}")
             if not args.no_router:
-                wall, cpu = min(
-                    (timed_both(fresh_router(args.policy).dispatch_batch, prompts)
-                     for _ in range(args.repeats)),
+                wall, cpu, policy = min(
+                    (timed_batch(args.policy, prompts) for _ in range(args.repeats)),
                     key=lambda times: times[1],
                 )
                 row["dispatch_batch"], row["dispatch_batch_cpu"] = wall, cpu
+                row["policy"] = policy
                 line += f"{wall:>8.3f}{cpu:>10.3f}{cpu / n * 1e6:>11.2f}"
             print(line, flush=True)
             if not args.no_router and not args.no_split:
@@ -188,14 +217,15 @@ def main() -> None:
     if split:
         print("\nwhere dispatch_batch's CPU time goes (seconds; the native calls timed alone)")
         print(f"{'workload':<10}{'requests':>10}{'match':>9}{'group_runs':>12}{'hold':>8}"
-              f"{'python':>9}{'python %':>10}")
+              f"{'policy':>8}{'router':>8}{'python %':>10}")
         for r in split:
             native = r["native"]
             python = r["dispatch_batch_cpu"] - sum(native.values())
             r["python"] = python
+            r["router"] = python - r["policy"]  # the router's own Python, and the collector
             print(f"{r['workload']:<10}{r['requests']:>10,}{native['match']:>9.3f}"
-                  f"{native['group_runs']:>12.3f}{native['hold']:>8.3f}{python:>9.3f}"
-                  f"{100 * python / r['dispatch_batch_cpu']:>9.0f}%")
+                  f"{native['group_runs']:>12.3f}{native['hold']:>8.3f}{r['policy']:>8.3f}"
+                  f"{r['router']:>8.3f}{100 * python / r['dispatch_batch_cpu']:>9.0f}%")
     if args.json:
         meta = {"platform": platform.platform(), "python": sys.version.split()[0],
                 "commit": commit(), "page": PAGE, "prompt": PROMPT, "workers": WORKERS,

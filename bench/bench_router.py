@@ -23,7 +23,9 @@ Workloads (page size 16, 8 workers):
   for worker ``i % 8`` as the peer's tenant.
 
 * ``token forms``: the warm workload's dispatch with the prompt held as a uint32, int32
-  or int64 array or a list (what a tokenizer returns), converted untimed just before.
+  or int64 array or a list (what a tokenizer returns), converted untimed just before;
+  each request is sent once in every form, in turn (interleaved, so each form's ratio
+  to uint32 is measured on the same router state and the same load; ``--only forms``).
 * ``N workers`` (``--wide``, default 1,024): the warm workload on a wide fleet, dispatch
   against dispatch_batch per request.
 
@@ -261,30 +263,60 @@ def time_shared(policy: Any, strings: Sequence[np.ndarray]) -> tuple[list[int], 
     return routed, native
 
 
+def time_forms(
+    router: Router, prefixes: list[np.ndarray], n: int, forms: Sequence[str]
+) -> dict[str, list[int]]:
+    """Dispatch of the warm workload with each request sent once in every form, in turn
+    (A/B interleaved: the forms see the same router state and the same moments of the
+    machine's load, so their ratios are fair on a shared machine)."""
+    rng = np.random.default_rng(2)
+    suffixes = rng.integers(0, 50_000, (512, PROMPT - PREFIX), dtype=np.uint32)
+    clock = CLOCK[0]
+    dispatch, finish = router.dispatch, router.finish
+    out: dict[str, list[int]] = {form: [] for form in forms}
+    for k in range(n):
+        key = fresh(prefixes, suffixes, k)
+        for j in range(len(forms)):
+            form = forms[(k + j) % len(forms)]  # rotate who goes first (caches, tree state)
+            prompt = FORMS[form](key)  # made, untimed, just before its dispatch
+            t0 = clock()
+            d = dispatch(prompt)
+            out[form].append(clock() - t0)
+            finish(d.request_id)
+            del d, prompt  # freed now, untimed (see time_dispatch)
+    return out
+
+
 def forms_table(
     names: Sequence[str], prefixes: list[np.ndarray], repeats: int, requests: int
 ) -> list[dict[str, Any]]:
     """Dispatch of the warm workload (exact mode) with the prompt in each of FORMS."""
+    forms = list(FORMS)
     print(f"\ntoken forms: dispatch (exact, warm, {WORKERS} workers) of a {PROMPT}-token prompt\n"
-          "held as each form; medians (us), and each form's ratio to uint32")
-    print(f"{'policy':<13}" + "".join(f"{form:>8}" for form in FORMS)
-          + "".join(f"{'/' + form:>8}" for form in list(FORMS)[1:]))
+          "held as each form, the forms interleaved request by request; medians (us), and\n"
+          "each form's ratio to uint32 (the median of the runs' ratios)")
+    print(f"{'policy':<13}" + "".join(f"{form:>8}" for form in forms)
+          + "".join(f"{'/' + form:>8}" for form in forms[1:]))
     rows = []
     for name in names:
-        runs: dict[str, list[float]] = {form: [] for form in FORMS}
+        runs: dict[str, list[float]] = {form: [] for form in forms}
+        ratios: dict[str, list[float]] = {form: [] for form in forms}
         for _ in range(repeats):
-            for form in FORMS:  # the forms one after the other, on the same router state
-                router, warm = warm_router(make_policy(name), "exact", prefixes)
-                gc.collect()
-                samples = time_dispatch(router, prefixes, warm, requests, False, form)
-                runs[form].append(median_us(samples))
-                router.close()
+            router, _warm = warm_router(make_policy(name), "exact", prefixes)
+            gc.collect()
+            samples = time_forms(router, prefixes, requests, forms)
+            router.close()
+            medians = {form: median_us(v) for form, v in samples.items()}
+            for form in forms:
+                runs[form].append(medians[form])
+                ratios[form].append(medians[form] / medians["uint32"])
         medians = {form: statistics.median(v) for form, v in runs.items()}
-        for form, value in medians.items():
+        ratio = {form: statistics.median(v) for form, v in ratios.items()}
+        for form in forms:
             rows.append({"policy": name, "mode": "exact", "workload": "warm", "form": form,
-                         "dispatch": value, "ratio_to_uint32": value / medians["uint32"]})
-        print(f"{name:<13}" + "".join(f"{medians[f]:>8.2f}" for f in FORMS)
-              + "".join(f"{medians[f] / medians['uint32']:>8.2f}" for f in list(FORMS)[1:]))
+                         "dispatch": medians[form], "ratio_to_uint32": ratio[form]})
+        print(f"{name:<13}" + "".join(f"{medians[f]:>8.2f}" for f in forms)
+              + "".join(f"{ratio[f]:>8.2f}" for f in forms[1:]))
     return rows
 
 
@@ -323,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests and repeats")
     parser.add_argument("--no-shared", action="store_true", help="skip the peer's workload")
     parser.add_argument("--no-forms", action="store_true", help="skip the token-form rows")
+    parser.add_argument("--only", choices=["forms", "wide"],
+                        help="only the token-form rows, or only the wide rows")
     parser.add_argument(
         "--wide", type=int, default=1024, metavar="N",
         help="workers of the wide rows (dispatch and batch per request); 0 skips them",
@@ -340,6 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     print(f"Router.dispatch, {PROMPT}-token prompts, page {PAGE}, {WORKERS} workers, "
           f"{GROUPS} groups warm;\nmedians of {args.repeats} runs of {args.requests} requests (us)")
+    if args.only == "forms":
+        rows += forms_table(names, prefixes, args.repeats, args.requests)
+        return _write(args.json, rows)
+    if args.only == "wide":
+        rows += wide_table(names, prefixes, args.repeats, args.requests, args.wide or 1024)
+        return _write(args.json, rows)
     header = f"{'policy':<13}{'mode':<12}{'workload':<9}{'dispatch':>9}"
     header += f"{'native':>8}{'overhead':>9}{'policy':>8}{'batch/req':>10}"
     print(header)
@@ -402,8 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             print(f"{name:<13}{row['dispatch_mean']:>10.2f}{row['dispatch']:>10.2f}"
                   f"{row['native_mean']:>10.2f}{row['native']:>10.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
+    return _write(args.json, rows)
+
+
+def _write(path: str | None, rows: list[dict[str, Any]]) -> int:
+    """Every number, as JSON, where ``--json`` asks."""
+    if path:
+        with open(path, "w") as f:
             json.dump(rows, f, indent=2)
     return 0
 

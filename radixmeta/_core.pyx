@@ -1025,9 +1025,12 @@ def prefix_links(keys, page_size, ratio):
 
 
 def prefix_group_runs(keys, page_size, ratio):
-    """The batch's groups, ready to hand out: per group, in order of its first key,
-    ``(members, shared, partners, common, own)``, the lists of
-    ``radixmeta._reference.prefix_group_runs``. One trie, O(total tokens)."""
+    """The batch's groups, ready to hand out, and its links by batch index:
+    ``(runs, partner, common, own)`` as ``radixmeta._reference.prefix_group_runs`` gives
+    them. ``runs`` is per group, in order of its first key, ``(members, shared)``;
+    ``partner``, ``common`` and ``own`` are flat lists over the whole batch, so that
+    a group of one costs one list and one tuple here (a large batch of distinct
+    prompts is mostly such groups). One trie, O(total tokens)."""
     cdef uint32_t page = check_page_size(page_size)
     cdef double share = ratio
     cdef vector[const uint32_t*] pointers
@@ -1049,17 +1052,19 @@ def prefix_group_runs(keys, page_size, ratio):
                                                offsets.data(), own.data())
     cdef uint32_t g
     cdef int64_t j, k
-    out = []
+    cdef list runs = [None] * groups
+    cdef list partner_of = [None] * count
+    cdef list common_of = [None] * count
+    cdef list own_of = [None] * count
     for g in range(groups):
         members = [order[j] for j in range(offsets[g], offsets[g + 1])]
-        out.append((
-            members,
-            shared[order[offsets[g]]],
-            [partner[k] for k in members],
-            [common[k] for k in members],
-            [own[j] for j in range(offsets[g], offsets[g + 1])],
-        ))
-    return out
+        runs[g] = (members, shared[order[offsets[g]]])
+        for j in range(offsets[g], offsets[g + 1]):
+            k = order[j]
+            partner_of[k] = partner[k]
+            common_of[k] = common[k]
+            own_of[k] = own[j]
+    return runs, partner_of, common_of, own_of
 
 
 # -- policy scans ----------------------------------------------------------------------

@@ -844,29 +844,32 @@ def prefix_links(
 
 def prefix_group_runs(
     keys: Any, page_size: Any, ratio: float
-) -> list[tuple[list[int], int, list[int], list[int], list[int]]]:
-    """The groups of :func:`prefix_groups`, ready to hand out one by one.
+) -> tuple[list[tuple[list[int], int]], list[int], list[int], list[int]]:
+    """The groups of :func:`prefix_groups`, ready to hand out, and the batch's links.
 
-    Per group, in order of its first key: ``(members, shared, partners, common,
-    own)``, where ``members`` are its keys in batch order, ``shared`` the tokens
-    they all share (0 for a key alone), and per member its partner and share (as
-    :func:`prefix_partners` gives them) and ``own``, the tokens it does not share
-    with an earlier member of its group (for the first member: past ``shared``).
+    Returns
+    -------
+    tuple
+        ``(runs, partner, common, own)``. ``runs`` has per group, in order of
+        its first key, ``(members, shared)``: its keys in batch order and the
+        tokens they all share (0 for a key alone). The other three are lists
+        by batch index: each key's partner and share (as
+        :func:`prefix_partners` gives them), and ``own``, the tokens it does not
+        share with an earlier member of its group (for a group's first key:
+        past its ``shared``).
     """
     first, shared, partner, common = prefix_links(keys, page_size, ratio)
     sizes = [len(_keys.tokens(k)) for k in keys]
     runs: dict[int, list[int]] = {}
     for i, f in enumerate(first.tolist()):
         runs.setdefault(f, []).append(i)
-    out = []
-    for f, members in runs.items():
-        share = int(shared[f])
-        own = [sizes[i] - (share if i == f else int(common[i])) for i in members]
-        out.append(
-            (members, share, [int(partner[i]) for i in members],
-             [int(common[i]) for i in members], own)
-        )
-    return out
+    common_of = common.tolist()
+    own = [
+        size - (int(shared[i]) if f == i else c)
+        for i, (size, f, c) in enumerate(zip(sizes, first.tolist(), common_of, strict=True))
+    ]
+    out = [(members, int(shared[f])) for f, members in runs.items()]
+    return out, partner.tolist(), common_of, own
 
 
 def extremes(values: Any) -> tuple[Any, int, Any, int, int]:

@@ -8,7 +8,9 @@ workers load allows.
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 from typing import Any
 
 import numpy as np
@@ -19,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixmeta import Router
-from radixmeta._batch import prefix_groups
-from radixmeta.errors import PolicyError
+from radixmeta._batch import PrefixGroup, PrefixGroups, prefix_groups
+from radixmeta.errors import InvalidInputError, PolicyError
 from radixmeta.policies import Request
 from radixmeta.router import batch
 from radixmeta.router.registry import Spill
@@ -438,12 +440,20 @@ def test_group_runs_are_the_groups_of_the_links(core: Any, batch: Any, ratio: fl
     # path builds in Python from prefix_links (one namespace for all, so it runs).
     keys, page = batch
     arrays = [np.array(k, dtype=np.uint32) for k in keys]
-    runs = core.prefix_group_runs(arrays, page, ratio)
+    runs, partner, common, own = core.prefix_group_runs(arrays, page, ratio)
     built = prefix_groups(arrays, ["ns"] * len(keys), [False] * len(keys), page, ratio)
-    assert [list(r) for r in runs] == [
-        [g[0], g[1], g.partners, g.common, g.own] for g in built
-    ]
+    assert runs == built.runs
+    assert (partner, common, own) == (built.partner, built.common, built.own)
     assert sorted(i for r in runs for i in r[0]) == list(range(len(keys)))
+    # The flat lists are the links of prefix_partners, by batch index.
+    links = core.prefix_partners(arrays, page)
+    assert (partner, common) == (links[0].tolist(), links[1].tolist())
+    # Each group hands out its members' slices of them.
+    for group, (members, shared) in zip(built, runs, strict=True):
+        assert (group[0], group[1]) == (members, shared)
+        assert group.partners == [partner[k] for k in members]
+        assert group.common == [common[k] for k in members]
+        assert group.own == [own[k] for k in members]
 
 @given(
     batch=batches(),
@@ -598,3 +608,42 @@ def test_a_spill_keeps_exactly_the_positions_it_does_not_exclude(data: Any, n: i
     assert spill.keep(values) == [v for i, v in enumerate(values) if i not in excluded]
     assert spill.keep(tuple(values)) == spill.keep(values)  # and again, from its mask
     assert [p for p in range(n) if p in spill] == [p for p in range(n) if p not in excluded]
+
+
+def test_prefix_groups_hand_out_bare_tuples_over_the_batch_lists() -> None:
+    keys = [[1] * 8 + [3, 3], [2] * 8, [1] * 8 + [5, 5], [7, 7]]
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    groups = prefix_groups(arrays, None, None, 2, 0.5)
+    assert isinstance(groups, PrefixGroups)
+    assert len(groups) == 3 and groups == [([0, 2], 8), ([1], 0), ([3], 0)]
+    assert groups != [([0, 2], 8)] and groups != "not groups"
+    first = groups[0]
+    assert isinstance(first, PrefixGroup) and isinstance(first, tuple)
+    assert not hasattr(first, "__dict__")  # no instance dict: that was the cost
+    members, shared = first  # unpacks as the (members, shared) pair of the contract
+    assert (members, shared) == ([0, 2], 8)
+    assert (first.partners, first.common, first.own) == ([-1, 0], [0, 8], [2, 2])
+    assert groups[-1] == ([3], 0) and groups[1:] == [([1], 0), ([3], 0)]
+    assert [g.own for g in groups] == [[2, 2], [8], [2]]
+    assert groups.partner == [-1, -1, 0, -1] and groups.common == [0, 0, 8, 0]
+    # Copies and pickles are groups of their own with the same members and links.
+    for other in (copy.copy(first), copy.deepcopy(first), pickle.loads(pickle.dumps(first))):
+        assert other == first and type(other) is not type(first)
+        assert (other.partners, other.common, other.own) == ([-1, 0], [0, 8], [2, 2])
+    alone = PrefixGroup([4, 6], 2, [1, 4], [3, 2], [5, 1])
+    assert alone == ([4, 6], 2) and (alone.partners, alone.common, alone.own) == (
+        [1, 4], [3, 2], [5, 1]
+    )
+    with pytest.raises(InvalidInputError):
+        PrefixGroup([4, 6], 2, [1], [3, 2], [5, 1])
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the native core is not built")
+@given(batch=batches(), ratio=st.sampled_from([0.0, 0.5, 1.0]))
+def test_group_runs_are_the_same_in_both_cores(batch: Any, ratio: float) -> None:
+    # The runs and the three flat lists, natively and in the oracle, side by side.
+    keys, page = batch
+    arrays = [np.array(k, dtype=np.uint32) for k in keys]
+    assert NATIVE.prefix_group_runs(arrays, page, ratio) == REFERENCE.prefix_group_runs(
+        arrays, page, ratio
+    )

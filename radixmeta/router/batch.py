@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta._batch import PrefixGroup, prefix_groups
+from radixmeta._batch import PrefixGroups, prefix_groups
 from radixmeta._keys import check_int, check_namespace
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
@@ -85,7 +85,7 @@ def batch_item(k: int, item: object, convert: Any) -> BatchItem:
     return convert(item), None, None, None, None, None
 
 
-def groups_of(items: Sequence[BatchItem], page_size: int, ratio: float) -> list[PrefixGroup]:
+def groups_of(items: Sequence[BatchItem], page_size: int, ratio: float) -> PrefixGroups:
     """The batch's shared-prefix groups (one native trie over the batch's prompts)."""
     keys = [item[0] for item in items]
     if all(item[2] is None and item[3] is None for item in items):  # no namespace, no tags
@@ -192,7 +192,7 @@ def by_policy(
     choose_batch: Any,
     requests: list[Request],
     matches: list[Any],
-    groups: Sequence[PrefixGroup],
+    groups: PrefixGroups,
     estimate: Expected | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Every request decided by the policy's ``choose_batch``, from views that all show
@@ -206,7 +206,8 @@ def by_policy(
         registry.view(m, lengths, shared, None, e)
         for m, lengths, e in zip(matches, every, expected, strict=True)
     ]
-    choices = choose_batch(requests, views, groups)
+    # The policy's own list of the groups (it may reorder it, as its packing order).
+    choices = choose_batch(requests, views, list(groups))
     if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
         msg = (
             f"choose_batch must return one choice per request ({len(requests)}), "
@@ -225,7 +226,7 @@ def by_groups(
     slack: int,
     requests: list[Request],
     matches: list[Any],
-    groups: Sequence[PrefixGroup],
+    groups: PrefixGroups,
     estimate: Expected | None = None,
 ) -> tuple[list[Planned], list[int]]:
     """Decide a batch group by group with the policy's ``choose``; and what each request
@@ -247,8 +248,8 @@ def by_groups(
     loads, prefill = registry.requests[:], registry.prefill[:]
     plan_loads = (loads, prefill, registry.decode)  # a batch moves no decode load
     up_index, dense = registry.up_index, registry.dense
-    for group in groups:
-        members, partners, common = group[0], group.partners, group.common
+    partners, common = groups.partner, groups.common  # by batch index
+    for members, _ in groups.runs:
         at = 0
         spill: Spill | None = None  # once the group spilled: the workers load allows
         while at < len(members):
@@ -275,12 +276,12 @@ def by_groups(
                 # What the batch's earlier requests leave on this worker (see
                 # batch_matched; a partner is decided before its request).
                 held = matches[k].length_of(worker) if estimate is None else estimate.at(k, i)
-                p = partners[j]
+                p = partners[k]
                 if p >= 0:
                     if where[p] != i:
                         again.add(k)  # see batch_matched
-                    elif common[j] > held:
-                        held = common[j]
+                    elif common[k] > held:
+                        held = common[k]
                 matched[k] = held
                 uncached += len(requests[k].tokens) - held
             loads[i] = start + end - at
@@ -289,8 +290,7 @@ def by_groups(
             if at < len(members):  # spill: only the workers load still allows
                 spill = _spill(loads, up_index, dense, slack)
     if again:
-        partner, shares = _links(groups, count)
-        _settle_again(again, where, partner, shares, requests, registry.page_size, matched)
+        _settle_again(again, where, partners, common, requests, registry.page_size, matched)
     return planned, matched
 
 
@@ -321,7 +321,7 @@ def batch_matched(
     requests: list[Request],
     every: list[list[int]],
     choices: Sequence[Any],
-    groups: Sequence[PrefixGroup],
+    groups: PrefixGroups,
     page: int,
 ) -> list[int]:
     """Per request of a batch: the tokens its worker holds of it, counting the pages
@@ -332,32 +332,23 @@ def batch_matched(
     share: when that partner went to the same worker (or there is none) that is
     the answer. A request whose partner went to another worker may still share
     less with an earlier request on its own: ``_settle_again`` finds that.
+    One pass over the groups' flat lists, O(requests), then ``_settle_again``'s.
     """
     worker_of = [choice[0].index for choice in choices]
     matched = [lengths[w] for lengths, w in zip(every, worker_of, strict=True)]
+    partner, common = groups.partner, groups.common
     again: set[int] = set()
-    for group in groups:
-        # A request with extra tags is a group of its own, with no partner.
-        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
-            if p < 0:
-                continue
-            if worker_of[p] != worker_of[k]:
-                again.add(k)
-            elif c > matched[k]:
-                matched[k] = c
+    # A request with extra tags has no partner (-1), as the first of a batch.
+    for k, p in enumerate(partner):
+        if p < 0:
+            continue
+        if worker_of[p] != worker_of[k]:
+            again.add(k)
+        elif common[k] > matched[k]:
+            matched[k] = common[k]
     if again:
-        partner, shares = _links(groups, len(worker_of))
-        _settle_again(again, worker_of, partner, shares, requests, page, matched)
+        _settle_again(again, worker_of, partner, common, requests, page, matched)
     return matched
-
-
-def _links(groups: Sequence[PrefixGroup], count: int) -> tuple[list[int], list[int]]:
-    """Per request of a batch: its partner and its share with it, from the groups."""
-    partner, shares = [-1] * count, [0] * count
-    for group in groups:
-        for k, p, c in zip(group[0], group.partners, group.common, strict=True):
-            partner[k], shares[k] = p, c
-    return partner, shares
 
 
 def _settle_again(

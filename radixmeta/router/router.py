@@ -498,6 +498,25 @@ class Router:
         if self._registry.bounded:
             self._estimate.enter(decision, raw)
 
+    def _commit_batch(self, decisions: list[Decision], matches: list[Any]) -> None:
+        """``_commit`` of each decision of a batch with its match, in order (one loop with
+        the registry's lists at hand: a large batch commits 100,000 requests at once)."""
+        registry, flights, exact = self._registry, self._flights, self._exact
+        requests, prefill = registry.requests, registry.prefill
+        estimate = self._estimate if registry.bounded else None
+        for decision, match in zip(decisions, matches, strict=True):
+            worker = decision.worker
+            if exact:
+                decision._hold = match.hold(worker)
+            else:
+                match.insert(worker)
+            i = worker.index
+            requests[i] += 1
+            prefill[i] += len(decision._request.tokens) - decision.matched
+            flights[decision.request_id] = decision
+            if estimate is not None:
+                estimate.enter(decision, match.length_of(worker))
+
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
         """Choose workers for a batch at once, keeping shared-prefix groups together.
@@ -590,14 +609,13 @@ class Router:
             started = self._now()  # the batch is decided at one time
             self._tell_dispatched(requests_, planned, matched_of)
             # Commit: nothing below raises.
-            decisions = []
-            for r, m, (worker, label, detail, view), matched in zip(
-                requests_, matches, planned, matched_of, strict=True
-            ):
-                rid = r.request_id
-                decision = Decision(rid, worker, matched, label, detail, view, r, None, started)
-                self._commit(decision, m, m.length_of(worker))
-                decisions.append(decision)
+            decisions = [
+                Decision(r.request_id, worker, matched, label, detail, view, r, None, started)
+                for r, (worker, label, detail, view), matched in zip(
+                    requests_, planned, matched_of, strict=True
+                )
+            ]
+            self._commit_batch(decisions, matches)
             return decisions
 
     def _tell_dispatched(
