@@ -168,6 +168,14 @@ def test_the_router_subscribes_to_what_kv_event_stats_advertises() -> None:
     asyncio.run(asyncio.wait_for(run(), 60))
 
 
+# Ray 2.60's LLMServer.__del__ is a coroutine function: collecting any instance warns
+# that it was never awaited (Ray's, not this test's).
+unawaited_del = pytest.mark.filterwarnings(
+    "ignore:coroutine 'LLMServer.__del__' was never awaited:RuntimeWarning",
+    "ignore::pytest.PytestUnraisableExceptionWarning",
+)
+
+
 # -- RadixMetaLLMServer --------------------------------------------------------------------
 
 
@@ -201,6 +209,7 @@ def llm_config(events: dict[str, Any] | None) -> Any:
 
 
 @needs_serve_llm
+@unawaited_del
 def test_server_advertises_its_engines_events_and_capacity() -> None:
     from radixmeta.integrations.ray.llm import RadixMetaLLMServer
 
@@ -220,6 +229,7 @@ def test_server_advertises_its_engines_events_and_capacity() -> None:
 
 
 @needs_serve_llm
+@unawaited_del
 def test_server_without_events_still_gives_the_capacity() -> None:
     from radixmeta.integrations.ray.llm import RadixMetaLLMServer
 
@@ -244,3 +254,29 @@ def test_the_server_class_needs_ray_serve_llm_or_says_so() -> None:
     else:
         with pytest.raises(ImportError, match="needs Ray Serve LLM"):
             from radixmeta.integrations.ray.llm import RadixMetaLLMServer
+
+
+@needs_serve_llm
+@unawaited_del
+def test_a_colocated_replica_moves_its_engines_ports_by_its_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replica of node-local rank 2 binds and advertises ports 2 up; the config
+    object the deployment was built with is left as it was (other replicas read it)."""
+    from radixmeta.integrations.ray import llm
+    from radixmeta.integrations.ray.llm import RadixMetaLLMServer
+
+    monkeypatch.setattr(llm, "_local_rank", lambda: 2)  # Serve's replica context, outside Serve
+    config = llm_config(CONFIG)
+
+    async def run() -> tuple[Any, dict[str, Any]]:
+        server = RadixMetaLLMServer.sync_init(config, engine_cls=StandinEngine)
+        await server.start()
+        return server.engine.llm_config, dict(await server.record_routing_stats())
+
+    engine_config, stats = asyncio.run(asyncio.wait_for(run(), 60))
+    bound = engine_config.engine_kwargs["kv_events_config"]
+    assert bound["endpoint"] == "tcp://*:5559" and bound["replay_endpoint"] == "tcp://*:5659"
+    assert stats[EVENTS_STAT]["endpoint"].endswith(":5559")
+    assert stats[EVENTS_STAT]["replay"].endswith(":5659")
+    assert config.engine_kwargs["kv_events_config"]["endpoint"] == "tcp://*:5557"

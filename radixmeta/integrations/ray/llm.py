@@ -211,10 +211,11 @@ def _node_ip() -> str:
 
 def _local_rank() -> int:
     from ray import serve
+    from ray.serve.exceptions import RayServeException
 
     try:
         return int(serve.get_replica_context().rank.local_rank)
-    except (RuntimeError, AttributeError):  # not inside a Serve replica
+    except (RayServeException, RuntimeError, AttributeError):  # not inside a Serve replica
         return 0
 
 
