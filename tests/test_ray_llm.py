@@ -280,3 +280,12 @@ def test_a_colocated_replica_moves_its_engines_ports_by_its_rank(
     assert stats[EVENTS_STAT]["endpoint"].endswith(":5559")
     assert stats[EVENTS_STAT]["replay"].endswith(":5659")
     assert config.engine_kwargs["kv_events_config"]["endpoint"] == "tcp://*:5557"
+
+
+def test_the_modules_examples_run() -> None:
+    import doctest
+
+    from radixmeta.integrations.ray import llm
+
+    failures, tried = doctest.testmod(llm)
+    assert tried >= 4 and failures == 0
