@@ -38,7 +38,12 @@ replica's ``RadixCache`` found them), the stand-in latency p50 / p99 (queue wait
 prefill slot plus the prefill, as each replica timed it), the client's end-to-end
 latency (JSON only) and the routing cost per request inside Serve (wall time in
 ``choose_replicas`` plus ``on_request_routed``, measured by a thin subclass of each
-router). The machine is shared and small: compare routers within one run.
+router). For radixmeta's columns the JSON also has ``router_view``: in the router's own
+view at dispatch, the share of the prompt tokens the longest match held, what the chosen
+replica held and what the estimate expected to stay there, the share of requests sent
+away from the longest match, and the decisions' labels (why a hit rate is below Ray's:
+the policy's moves, or its view). The machine is shared and small: compare routers within
+one run.
 ``--repeats N`` runs every cell N times, the repeats interleaved (all cells once, then
 again), and the table shows each figure's mean and, after ``~``, half its range
 (max - min) / 2; the JSON keeps every run.
@@ -127,7 +132,21 @@ class TimedPowerOfTwo(_Timing, PowerOfTwoChoicesRequestRouter):
 
 
 class TimedRadixMeta(_Timing, RadixMetaRequestRouter):
-    pass
+    """Also notes, per routed request, what its decision gave up in the router's own view:
+    the longest prefix any replica held against what the chosen one held (the tokens a
+    move to a less loaded replica recomputes), and what the estimate expected to stay."""
+
+    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
+        ranks = await super().choose_replicas(candidate_replicas, pending_request)
+        if pending_request is not None:
+            decision = self._open.get(pending_request.metadata.internal_request_id)
+            if decision is not None:
+                lengths = decision._view.lengths
+                chosen = decision._view.workers.index(decision.worker)
+                store = self.__dict__.setdefault("bench_choices", [])
+                store.append((max(lengths), lengths[chosen], decision.matched,
+                              len(decision._request.tokens), decision.label))
+        return ranks
 
 
 def router_config(name: str, args: argparse.Namespace) -> RequestRouterConfig:
@@ -303,6 +322,7 @@ def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
                 time.sleep(0.1)
         for r in routers_of(app):  # forget the warm-up's timings
             r.__dict__.pop("bench_seconds", None)
+            r.__dict__.pop("bench_choices", None)
         cell["deploy_seconds"] = time.perf_counter() - started
         t0 = time.perf_counter()
         answers = asyncio.run(asyncio.wait_for(
@@ -334,6 +354,18 @@ def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
         )
         if router.startswith("radixmeta") and routers:
             cell["router_counts"] = dict(routers[0].counts)
+            choices = [c for r in routers for c in r.__dict__.get("bench_choices", [])]
+            if choices and prompt_tokens:
+                # In the router's own view at dispatch: the share of the prompt tokens the
+                # longest match held, what the chosen replica held, and what the estimate
+                # expected to stay cached there; how many requests left the longest match.
+                cell["router_view"] = {
+                    "best_held": sum(c[0] for c in choices) / sum(c[3] for c in choices),
+                    "chosen_held": sum(c[1] for c in choices) / sum(c[3] for c in choices),
+                    "expected": sum(c[2] for c in choices) / sum(c[3] for c in choices),
+                    "moved": sum(1 for c in choices if c[1] < c[0]) / len(choices),
+                    "labels": dict(Counter(c[4] for c in choices)),
+                }
     except Exception as exc:  # a failed cell is reported, and the next one runs
         cell["error"] = f"{type(exc).__name__}: {exc}"
     finally:

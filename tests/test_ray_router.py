@@ -394,3 +394,47 @@ def test_standin_publishes_engine_formats_and_rejects_unknown_ones() -> None:
                 replica.__del__()
     finally:
         context.term()
+
+
+def test_a_replica_whose_stats_give_another_capacity_is_registered_again() -> None:
+    asyncio.run(asyncio.wait_for(_registered_again(), 60))
+
+
+async def _registered_again() -> None:
+    """The first update often lists a replica before its first routing stats: it gets
+    the router's default capacity, which must not stay its bound once it reports its own
+    (the model would keep what the replica evicted, and requests would herd onto it)."""
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID
+
+    deployment = DeploymentID("standin", "unit")
+    router = RadixMetaRequestRouter(deployment, DeploymentHandleSource.UNKNOWN)
+    router.initialize_state(page_size=PAGE, capacity=100_000)
+    replicas = [FakeReplica(deployment, f"r{i}", 0) for i in range(2)]
+    replicas[0].routing_stats = {}  # no stats recorded yet
+
+    def capacities() -> list[int | None]:
+        return [router.router.load(router._workers[r.replica_id]).capacity for r in replicas]
+
+    router.update_replicas(replicas)  # type: ignore[arg-type]
+    assert capacities() == [100_000, 100_000]
+    first = router._workers[replicas[0].replica_id]
+    tokens = list(prefix(1).encode())
+    router.router.dispatch(tokens, request_id="held")
+    replicas[0].routing_stats = {"kv_capacity": 2048}
+    router.update_replicas(replicas)  # type: ignore[arg-type]
+    assert capacities() == [2048, 100_000]
+    assert router.counts["resized"] == 1
+    again = router._workers[replicas[0].replica_id]
+    assert again is not first and router.worker_of(replicas[0].replica_id) is again
+    assert router.router.tree.capacity_of(again) == 2048
+    # The same stats, stats without the key, or a malformed value change nothing more.
+    for stats in ({"kv_capacity": 2048}, {}, {"kv_capacity": "lots"}, {"kv_capacity": -1}):
+        replicas[0].routing_stats = stats
+        router.update_replicas(replicas)  # type: ignore[arg-type]
+        assert capacities() == [2048, 100_000]
+        assert router._workers[replicas[0].replica_id] is again
+    assert router.counts["resized"] == 1
+    assert router.counts["bad_stats"] == 0
+    # Routing goes on over the re-registered worker.
+    decision = router.router.dispatch(tokens, request_id="after")
+    assert decision.worker in router.router.workers

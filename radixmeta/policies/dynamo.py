@@ -94,7 +94,7 @@ class DynamoCost:
             ties = [i for i, cost in enumerate(costs) if cost == low]
             i = ties[0] if len(ties) == 1 else ties[self._rng.randrange(len(ties))]
         else:
-            i = self._sample(costs, low)
+            i = self._sample(costs, low, self._rng)
         block = view.page_size
         size = len(request.tokens)
         detail = (
@@ -108,30 +108,28 @@ class DynamoCost:
         """The worker ``choose`` will take, then the others by cost, cheapest first.
 
         ``choose``'s draw (a tie, or the softmax) is made from a copy of the policy's
-        generator, so the ``choose`` that follows draws the same worker; the others
+        generator, which is only read (never swapped or advanced), so the ``choose``
+        that follows draws the same worker and ranking changes nothing; the others
         are in cost order, ties in view order. O(workers log workers).
         """
         costs = self.costs(request, view)
         low = min(costs)
-        own = self._rng
-        self._rng = generator_copy(own)  # _sample draws from self._rng
-        try:
-            if self.temperature == 0.0:
-                ties = [i for i, cost in enumerate(costs) if cost == low]
-                first = ties[0] if len(ties) == 1 else ties[self._rng.randrange(len(ties))]
-            else:
-                first = self._sample(costs, low)
-        finally:
-            self._rng = own
+        rng = generator_copy(self._rng)  # the policy's own generator is only read
+        if self.temperature == 0.0:
+            ties = [i for i, cost in enumerate(costs) if cost == low]
+            first = ties[0] if len(ties) == 1 else ties[rng.randrange(len(ties))]
+        else:
+            first = self._sample(costs, low, rng)
         return first_then(view.workers, first, costs.__getitem__)
 
-    def _sample(self, costs: list[float], low: float) -> int:
+    def _sample(self, costs: list[float], low: float, rng: _Rng) -> int:
+        """A position drawn by the softmax over range-normalised costs, from ``rng``."""
         spread = max(costs) - low
         if spread == 0.0:
-            return self._rng.randrange(len(costs))
+            return rng.randrange(len(costs))
         t = self.temperature
         weights = [math.exp(-((cost - low) / spread) / t) for cost in costs]
-        point = self._rng.random() * sum(weights)
+        point = rng.random() * sum(weights)
         for i, weight in enumerate(weights):
             point -= weight
             if point < 0.0:

@@ -294,11 +294,13 @@ class PrebleE2:
 
         Exploiting, the candidates are the group's allocation (or the workers holding
         the match); exploring, every worker. Ties keep view order, as ``choose``
-        keeps the first of equal costs. Like ``choose`` it first drops the events
-        older than the window (what ``choose`` will drop too); it records no
-        decision. O(workers log workers) plus the predicted victims.
+        keeps the first of equal costs. A pure read: the events older than the window,
+        which ``choose`` drops first, are left in place and only discounted
+        (:class:`_Lapsed`), so ranking changes nothing and ``choose`` still finds
+        them to drop. O(workers log workers) plus the predicted victims, plus
+        O(events past the window).
         """
-        self._expire(self._clock())
+        lapsed = _Lapsed(self, self._clock())
         size = len(request.tokens)
         lengths = view.lengths
         workers = view.workers
@@ -306,10 +308,10 @@ class PrebleE2:
         times: dict[int, float] = {}
         costs = []
         for i in range(len(workers)):
-            load, evict, own = self._cost(i, view, size, times)
+            load, evict, own = self._cost(i, view, size, times, lapsed)
             costs.append(load + evict + own)
         if size - matched < matched:
-            candidates = self._candidates(view, matched)
+            candidates = self._candidates(view, matched, lapsed)
         else:
             candidates = list(range(len(workers)))
         inside = set(candidates)
@@ -319,11 +321,15 @@ class PrebleE2:
             *in_order(workers, outside, costs.__getitem__),
         ]
 
-    def _candidates(self, view: View, matched: int) -> list[int]:
+    def _candidates(
+        self, view: View, matched: int, lapsed: _Lapsed | None = None
+    ) -> list[int]:
         """Positions of the workers an exploiting request may go to."""
         workers = view.workers
         key = view.prefix_key
         group = self._groups.get(key) if key is not None else None
+        if group is not None and lapsed is not None and lapsed.dropped(group):
+            group = None
         if group is not None:
             allocation = group.allocation
             allocated = [i for i, w in enumerate(workers) if _slot(w) in allocation]
@@ -333,15 +339,21 @@ class PrebleE2:
         return [i for i in range(len(workers)) if lengths[i] == matched]
 
     def _cost(
-        self, i: int, view: View, size: int, times: dict[int, float]
+        self,
+        i: int,
+        view: View,
+        size: int,
+        times: dict[int, float],
+        lapsed: _Lapsed | None = None,
     ) -> tuple[float, float, float]:
-        """(windowed load, predicted eviction cost, own prefill) of worker ``i``, seconds."""
+        """(windowed load, predicted eviction cost, own prefill) of worker ``i``, seconds;
+        with ``lapsed``, as they will be once its events are dropped."""
         worker = _slot(view.workers[i])
         held_here = view.lengths[i]
         own = times.get(held_here)
         if own is None:
             own = times[held_here] = self._prefill(size - held_here, size)
-        load = self._load.get(worker, 0.0)
+        load = self._load.get(worker, 0.0) if lapsed is None else lapsed.load(worker)
         evict = 0.0
         capacity = view.capacities[i]
         if self.eviction and capacity is not None:
@@ -349,10 +361,16 @@ class PrebleE2:
             if lru:
                 over = self._held.get(worker, 0) + size - held_here - capacity
                 if over > 0:
-                    evict = self._eviction_cost(lru, over, view.prefix_key)
+                    evict = self._eviction_cost(lru, over, view.prefix_key, lapsed)
         return load, evict, own
 
-    def _eviction_cost(self, lru: OrderedDict[Hashable, int], over: int, own: Hashable) -> float:
+    def _eviction_cost(
+        self,
+        lru: OrderedDict[Hashable, int],
+        over: int,
+        own: Hashable,
+        lapsed: _Lapsed | None = None,
+    ) -> float:
         """Cost of the least recently used entries that free ``over`` tokens."""
         cost = 0.0
         freed = 0
@@ -361,8 +379,12 @@ class PrebleE2:
             if key == own:
                 continue
             group = groups.get(key)
-            if group is not None and group.count:
-                cost += group.miss_rate() * group.count * group.recompute
+            if group is not None:
+                if lapsed is None:
+                    if group.count:
+                        cost += group.miss_rate() * group.count * group.recompute
+                else:
+                    cost += lapsed.group_cost(group)
             freed += tokens
             if freed >= over:
                 break
@@ -615,6 +637,71 @@ class PrebleE2:
         if not events:
             load.clear()  # no rounding residue survives an empty window
             self._active_load.clear()
+
+
+class _Lapsed:
+    """What :meth:`PrebleE2._expire` would drop at ``now``, read without dropping it.
+
+    ``rank`` must not change the policy's state, yet ``choose`` first drops the
+    events older than the window; this is that drop as per-worker loads and
+    per-group counts, computed in the same order (the same floating-point sums),
+    so ``rank`` sees what ``choose`` will. O(events past the window); nothing when
+    none is (the common case: one comparison).
+    """
+
+    __slots__ = ("_empty", "_groups", "_load", "_policy")
+
+    def __init__(self, policy: PrebleE2, now: float) -> None:
+        self._policy = policy
+        self._load: dict[_Slot, float] = {}
+        # Per group: (refs, count, hit, prompt) it loses.
+        self._groups: dict[int, tuple[int, int, int, int]] = {}
+        events = policy._events
+        horizon = now - policy.window
+        load = self._load
+        groups = self._groups
+        k = 0
+        for event in events:
+            if not event.time < horizon:
+                break
+            k += 1
+            worker = event.worker
+            load[worker] = load.get(worker, policy._load.get(worker, 0.0)) - event.cost
+            group = event.group
+            if group is None:
+                continue
+            refs, count, hit, prompt = groups.get(id(group), (0, 0, 0, 0))
+            if event.counted:
+                count, hit, prompt = count + 1, hit + event.hit, prompt + event.prompt
+            groups[id(group)] = (refs + 1, count, hit, prompt)
+        self._empty = k > 0 and k == len(events)
+
+    def load(self, worker: _Slot) -> float:
+        """The worker's windowed load once the lapsed events are dropped."""
+        if self._empty:
+            return 0.0  # _expire clears an empty window's sums
+        lapsed = self._load.get(worker)
+        return self._policy._load.get(worker, 0.0) if lapsed is None else lapsed
+
+    def dropped(self, group: _Group) -> bool:
+        """Whether the drop takes the group's last event (``_expire`` deletes it)."""
+        lost = self._groups.get(id(group))
+        return lost is not None and lost[0] >= group.refs
+
+    def group_cost(self, group: _Group) -> float:
+        """``miss_rate * count * recompute`` of a group after the drop (0 once dropped)."""
+        lost = self._groups.get(id(group))
+        if lost is None:
+            count, hit, prompt = group.count, group.hit, group.prompt
+        elif lost[0] >= group.refs:
+            return 0.0
+        else:
+            count = group.count - lost[1]
+            hit, prompt = group.hit - lost[2], group.prompt - lost[3]
+        if not count:
+            return 0.0
+        miss = 1.0 - hit / prompt if prompt else 1.0
+        return miss * count * group.recompute
 
 
 def _close(a: float, b: float) -> bool:

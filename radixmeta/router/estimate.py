@@ -6,15 +6,21 @@ write their prompts into the same pool first. The rule is
 which prefixes are *protected*: a prefix that a request in flight on the worker
 also starts with is locked by that request while it runs, and recent after it.
 
-The router can tell two ways. The tree's holds cover each in-flight request's
-key from the root, so a match that is longer with the holds than with what the
-worker reported (``match(optimistic=False)``) ends in a prefix some in-flight
-request holds whole. A prefix that is both reported and held (a group's shared
-system prompt) looks the same either way, so the router also counts, per worker,
-the prefixes each in-flight request starts with that later requests match
-whole: its own prompt (the next turn of a conversation that resends it) and the
-prefix it was matched with at dispatch (a sibling of a prefix group)
-(:class:`InFlightPrefixes`).
+The router tells which by a tree of its own (:class:`InFlight`): a
+:class:`~radixmeta.MetaTree` that holds, for each request in flight, its prompt
+on its worker, from its dispatch to its end, and nothing else. A prefix is
+protected on a worker exactly when that tree's match gives the worker at least
+its length. It is asked at most once a dispatch (one match gives every worker),
+and only when some prefix would be cut, the only time the rule asks.
+
+This replaced two partial tests: the router's own tree's holds (exact mode
+only, and blind to a prefix both reported and held) and counts of two prefixes
+per request (its whole prompt and its match at dispatch). In approximate mode
+only the counts told, so a prefix that an in-flight request was writing, and
+that a later request matched only part of (a sibling's question, the start of
+a long turn), was not protected: the estimate cut what was about to be cached
+and hot, and the policy sent its followers elsewhere (the Ray bench's
+eviction cell at 8 replicas).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
+from radixmeta.meta import MetaTree
 from radixmeta.policies.expected import expected_lengths
 
 if TYPE_CHECKING:
@@ -29,73 +36,92 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from radixmeta._workers import WorkerId
-    from radixmeta.meta import MetaTree
     from radixmeta.policies.base import View
     from radixmeta.router.decision import Decision
 
-__all__ = ["Estimate", "InFlightPrefixes"]
-
-Key = tuple[int, Hashable, int, bytes]
+__all__ = ["Estimate", "InFlight"]
 
 
-class InFlightPrefixes:
-    """Counts of the prefixes that in-flight requests start with, per worker.
+class InFlight:
+    """The prompts of the requests in flight, per worker: a tree of holds.
 
-    A key is ``(worker index, namespace, length, the tokens of its last page)``:
-    two prefixes of one length that end in the same page share a key, as
-    ``MetaMatch.prefix_key`` does; for an estimate that rare collision only keeps
-    a prefix. O(page) per key, O(1) per count.
+    One shadow worker per router worker (by index and generation, made on a
+    worker's first request; a reused index with a new generation replaces it).
+    ``enter`` holds a prompt for its worker (O(pages + nodes on the path)),
+    ``leave`` releases it (O(nodes on the path)), ``lengths`` matches a key
+    (O(nodes on the path x workers / 64)). The tree holds only what is in flight,
+    so it stays as small as the requests in flight.
+
+    Parameters
+    ----------
+    page_size : int
+        The router's page size.
     """
 
-    __slots__ = ("_counts", "page_size")
+    __slots__ = ("_shadow", "tree")
 
     def __init__(self, page_size: int) -> None:
-        self.page_size = page_size
-        self._counts: dict[Key, int] = {}
+        self.tree = MetaTree(page_size)
+        # Router worker index -> (its generation, its worker in self.tree).
+        self._shadow: dict[int, tuple[int, WorkerId]] = {}
 
-    def key(
-        self, index: int, tokens: npt.NDArray[np.uint32], length: int, namespace: Hashable
-    ) -> Key | None:
-        """The key of ``tokens[:length]`` (whole pages) on worker ``index``; None if empty."""
-        length -= length % self.page_size
-        if length <= 0:
-            return None
-        return (index, namespace, length, tokens[length - self.page_size : length].tobytes())
+    def _worker(self, worker: WorkerId) -> WorkerId:
+        shadow = self._shadow.get(worker.index)
+        if shadow is not None:
+            if shadow[0] == worker.generation:
+                return shadow[1]
+            self.tree.remove_worker(shadow[1])  # the index was reused: its holds are gone
+        made = self.tree.add_worker(f"{worker.index}.{worker.generation}")
+        self._shadow[worker.index] = (worker.generation, made)
+        return made
 
-    def enter(self, keys: tuple[Key | None, ...]) -> None:
-        """A request with these keys is in flight."""
-        counts = self._counts
-        for key in keys:
-            if key is not None:
-                counts[key] = counts.get(key, 0) + 1
+    def enter(
+        self, worker: WorkerId, tokens: npt.NDArray[np.uint32], namespace: Hashable, extras: object
+    ) -> int:
+        """Hold ``tokens`` for ``worker`` while its request is in flight; the hold's id."""
+        shadow = self._worker(worker)
+        if extras is None and namespace is None:
+            return self.tree.hold(tokens, shadow)
+        return self.tree.hold(tokens, shadow, extras=extras, namespace=namespace)
 
-    def leave(self, keys: tuple[Key | None, ...]) -> None:
-        """It is not any more (finished, expired, or its worker removed)."""
-        counts = self._counts
-        for key in keys:
-            if key is not None:
-                left = counts[key] - 1
-                if left:
-                    counts[key] = left
-                else:
-                    del counts[key]
+    def leave(self, hold: int) -> None:
+        """The request of ``hold`` ended."""
+        self.tree.release(hold)
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._counts
+    def lengths(
+        self, key: npt.NDArray[np.uint32], namespace: Hashable, extras: object
+    ) -> Callable[[WorkerId], int]:
+        """``length(worker)``: the longest prefix of ``key`` that a request in flight on
+        ``worker`` starts with (0 for a worker with none)."""
+        tree = self.tree
+        if extras is None and namespace is None:
+            every = tree.match(key).length_list
+        else:
+            every = tree.match(key, extras=extras, namespace=namespace).length_list
+        shadow = self._shadow
+
+        def length(worker: WorkerId) -> int:
+            entry = shadow.get(worker.index)
+            if entry is None or entry[0] != worker.generation:
+                return 0
+            return every[entry[1].index]
+
+        return length
 
     def __len__(self) -> int:
-        return len(self._counts)
+        """Requests in flight held here."""
+        return self.tree.hold_count
 
 
 class Estimate:
-    """``View.expected`` for the router's views, and the in-flight prefixes it needs.
+    """``View.expected`` for the router's views, and the in-flight prompts it needs.
 
     Parameters
     ----------
     tree : MetaTree
-        The router's tree (its reported-only matches tell held prefixes).
+        The router's tree (for its page size).
     exact : bool
-        Exact mode: the tree has holds. In approximate mode only the counts tell.
+        Exact mode (kept for callers; the protection is the same in both modes).
     """
 
     __slots__ = ("exact", "inflight", "page_size", "tree")
@@ -104,7 +130,7 @@ class Estimate:
         self.tree = tree
         self.exact = exact
         self.page_size = tree.page_size
-        self.inflight = InFlightPrefixes(tree.page_size)
+        self.inflight = InFlight(tree.page_size)
 
     def protection(
         self,
@@ -116,23 +142,15 @@ class Estimate:
     ) -> Callable[[int], bool]:
         """``protected(p)``: whether a request in flight on the ``p``-th worker of ``up``
         starts with the ``lengths[p]`` tokens of ``key`` matched there (module
-        docstring). The reported-only match is made at most once, and only when a
-        prefix would be cut (the rule asks only then)."""
-        inflight, tree, exact = self.inflight, self.tree, self.exact
-        reported: list[list[int]] = []
+        docstring). The in-flight match is made at most once, and only when a prefix
+        would be cut (the rule asks only then)."""
+        inflight = self.inflight
+        found: list[Callable[[WorkerId], int]] = []
 
         def protected(p: int) -> bool:
-            index = up[p].index
-            if exact:
-                if not reported:
-                    if extras is None and namespace is None:
-                        m = tree.match(key, optimistic=False)
-                    else:
-                        m = tree.match(key, extras=extras, namespace=namespace, optimistic=False)
-                    reported.append(m.length_list)
-                if reported[0][index] < lengths[p]:
-                    return True
-            return inflight.key(index, key, lengths[p], namespace) in inflight
+            if not found:
+                found.append(inflight.lengths(key, namespace, extras))
+            return found[0](up[p]) >= lengths[p]
 
         return protected
 
@@ -146,21 +164,16 @@ class Estimate:
         )
 
     def enter(self, decision: Decision, raw: int) -> None:
-        """Count a committed request's prefixes in flight on its worker: its whole prompt,
-        and the ``raw`` tokens it matched there."""
+        """Hold a committed request's prompt on its worker until it ends (``raw``, what
+        its worker's match was, is not needed: the prompt covers every prefix of it)."""
         request = decision._request
-        tokens, namespace, i = request.tokens, request.namespace, decision.worker.index
-        inflight = self.inflight
-        keys = (
-            inflight.key(i, tokens, len(tokens), namespace),
-            inflight.key(i, tokens, raw, namespace),
+        decision._keys = (
+            self.inflight.enter(decision.worker, request.tokens, request.namespace, request.extras),
         )
-        inflight.enter(keys)
-        decision._keys = keys
 
     def leave(self, decision: Decision) -> None:
         """A request is no longer in flight."""
         keys = decision._keys
         if keys:
-            self.inflight.leave(keys)
+            self.inflight.leave(keys[0])
             decision._keys = ()

@@ -7,6 +7,8 @@ proxy, in whatever process holds the handle. Each instance here keeps its own
 
 - ``update_replicas`` adds the replicas autoscaling or a redeploy brings, removes the
   ones that went away (their pages, their requests in flight and their event feed),
+  registers again a replica whose routing stats give another ``kv_capacity`` (the
+  bound of its model: a replica listed before its first stats had the default),
   and, in exact mode, subscribes to the KV events a replica advertises in its routing
   stats; ``on_replica_actor_died`` marks a replica down at once.
 - ``choose_replicas`` reads the request's prompt (:mod:`.prompts`, the gateway's token
@@ -99,7 +101,8 @@ class RadixMetaRequestRouter(RequestRouter):
         ``routed`` (requests dispatched), ``fallbacks`` (sent to another replica than
         the one chosen), ``unroutable`` (no prompt, or a malformed one: routed by load),
         ``completed``, ``subscribed`` (event feeds opened), ``bad_stats`` (routing stats
-        that could not be read: skipped).
+        that could not be read: skipped), ``resized`` (replicas registered again because
+        their stats gave another ``kv_capacity``).
     """
 
     router: Router
@@ -167,6 +170,7 @@ class RadixMetaRequestRouter(RequestRouter):
         self.expire_after = float(expire_after)
         self.counts = Counter()
         self._workers: dict[ReplicaID, WorkerId] = {}
+        self._capacities: dict[ReplicaID, int] = {}  # the capacity each was registered with
         self._replica_of: dict[WorkerId, ReplicaID] = {}
         self._feeds: dict[ReplicaID, tuple[str, str | None, str]] = {}
         self._reported: dict[ReplicaID, int] = {}
@@ -202,6 +206,21 @@ class RadixMetaRequestRouter(RequestRouter):
         for replica_id, replica in current.items():
             stats = _stats_of(replica)
             worker = self._workers.get(replica_id)
+            # Stats without the key (none recorded yet, or lost) keep the capacity too.
+            capacity = self._capacity_in(stats) if CAPACITY_STAT in stats else None
+            if (
+                worker is not None
+                and capacity is not None
+                and capacity != self._capacities[replica_id]
+            ):
+                # The replica reports another KV capacity (its first stats arrived after
+                # it was listed with the default, or its engine was resized): register it
+                # again, or the model of its cache stays bounded by the old capacity and
+                # keeps pages the replica evicted long ago (requests herd onto it). A
+                # malformed value keeps the capacity it has.
+                self._forget(replica_id)
+                self.counts["resized"] += 1
+                worker = None
             if worker is None:
                 worker = self._add(replica_id, stats)
             elif not self.router.load(worker).up:
@@ -209,14 +228,23 @@ class RadixMetaRequestRouter(RequestRouter):
             if self.mode == "exact" and replica_id not in self._feeds:
                 self._subscribe(replica_id, worker, stats)
 
-    def _add(self, replica_id: ReplicaID, stats: Mapping[str, Any]) -> WorkerId:
+    def _capacity_in(self, stats: Mapping[str, Any]) -> int | None:
+        """The KV capacity a replica's stats give: the router's ``capacity`` when they
+        give none, None when the value is malformed."""
         capacity = stats.get(CAPACITY_STAT, self.capacity)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            return None
+        return capacity
+
+    def _add(self, replica_id: ReplicaID, stats: Mapping[str, Any]) -> WorkerId:
+        capacity = self._capacity_in(stats)
+        if capacity is None:
             self.counts["bad_stats"] += 1
             capacity = self.capacity
         worker = self.router.add_worker(replica_id.to_full_id_str(), capacity=capacity)
         self._workers[replica_id] = worker
         self._replica_of[worker] = replica_id
+        self._capacities[replica_id] = capacity
         return worker
 
     def _subscribe(
@@ -254,6 +282,7 @@ class RadixMetaRequestRouter(RequestRouter):
         """A replica left the deployment: drop its worker, its feed and its requests."""
         worker = self._workers.pop(replica_id)
         del self._replica_of[worker]
+        del self._capacities[replica_id]
         self._reported.pop(replica_id, None)
         if self._feeds.pop(replica_id, None) is not None and self._feed_thread is not None:
             self._feed_thread.drop(worker)  # closed by the thread that uses its sockets
