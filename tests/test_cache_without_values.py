@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import NATIVE
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -35,8 +36,6 @@ from radixmeta.errors import (
     RadixMetaError,
     StaleNodeError,
 )
-
-from conftest import NATIVE
 
 REFERENCE = _reference.CacheCore
 
