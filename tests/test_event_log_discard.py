@@ -194,3 +194,41 @@ def test_a_replayer_heals_a_gap_into_discarded_records() -> None:
         assert tree.held_tokens(w) == cache.total_size
         for key, _ in cache.items():
             assert tree.match(key, optimistic=False).length_of(w) == len(key)
+
+
+# -- the simulator's workers discard what the router applied ---------------------------------
+def _sim_worker(records: bool = True) -> Any:
+    from radixmeta.sim.worker import BatchLimits, SimWorker
+
+    w = SimWorker(
+        "w0", 4, 10_000, lambda e, c: 0.001 * e, lambda b, c: 0.001, BatchLimits(),
+        records=records,
+    )
+    prompts = [np.arange(k, k + 64, dtype=np.uint32) for k in range(0, 300, 30)]
+    w.bind(prompts, [1] * len(prompts), [1] * len(prompts))
+    w.waiting.extend(range(len(prompts)))
+    return w
+
+
+def test_a_sim_worker_keeps_no_values_and_drops_applied_records() -> None:
+    w = _sim_worker()
+    assert w.cache.store_values is False
+    admitted = w.admit([0] * 10)
+    assert admitted is not None
+    w.finish_prefill(admitted[0])
+    records = w.new_records()
+    assert records and len(w.log) == len(records)
+    w.applied(records[-1].seq)
+    assert len(w.log) == 0 and w.log.held_tokens == 0
+    assert w.new_records() == []  # nothing new, and nothing lost to the reader
+    w.check_drained()
+
+
+def test_a_sim_worker_without_a_reader_keeps_no_log() -> None:
+    w = _sim_worker(records=False)
+    assert w.log is None and w.cache.event_log is None
+    admitted = w.admit([0] * 10)
+    assert admitted is not None
+    w.finish_prefill(admitted[0])
+    assert w.new_records() == []
+    w.applied(5)  # nothing to drop
