@@ -14,8 +14,14 @@ name) it prints the CPU time per request of the run (``time.process_time``), and
 the load average when it started: the machine is shared, and CPU time moves far
 less with other people's load than wall time does.
 
+``--compare ROOT [ROOT ...]`` measures other radixmeta checkouts against this one
+in the same run: every repeat of every policy runs once per checkout, each in a
+child process importing radixmeta from its checkout, in ABBA order (A B, then B
+A, ...) so that a change of the machine's load hits both alike. It prints the
+medians per checkout and each one's CPU time over this checkout's.
+
 Usage: ``python bench/sim_speed.py (--mmlu-dir DIR | --trace-file FILE) [--policies ...]
-[--repeats 3]``
+[--repeats 3] [--compare ROOT ...]``
 """
 
 from __future__ import annotations
@@ -24,7 +30,12 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 from radixmeta.sim import workloads
 from radixmeta.sim.engine import SimConfig, Simulation
@@ -32,6 +43,61 @@ from radixmeta.sim.metrics import summarise
 
 TARGET = 20_000  # MMLU, unbounded caches
 TRACE_TARGET = 3_000  # the conversation trace, KV pool model
+HERE = Path(__file__).resolve().parent
+
+
+def _child(root: Path, args: argparse.Namespace, policy: str) -> dict[str, Any]:
+    """One run of ``policy`` in a child process that imports radixmeta from ``root``."""
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as scratch:
+        out = Path(scratch) / "one.json"
+        argv = [sys.executable, str(Path(__file__).resolve()), "--repeats", "1"]
+        argv += ["--policies", policy, "--consistency", args.consistency, "--json", str(out)]
+        if args.trace_file:
+            argv += ["--trace-file", str(Path(args.trace_file).resolve())]
+        else:
+            argv += ["--mmlu-dir", str(Path(args.mmlu_dir).resolve())]
+        if args.workers is not None:
+            argv += ["--workers", str(args.workers)]
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True, timeout=3600)
+        row: dict[str, Any] = json.loads(out.read_text())["rows"][0]
+        return row
+
+
+def compare(args: argparse.Namespace) -> None:
+    """The ``--compare`` mode (module docstring)."""
+    roots = [HERE.parent, *(Path(r).resolve() for r in args.compare)]
+    print(f"A/B in ABBA order, {args.repeats} repeat(s); base (A) = {roots[0]}")
+    rows = []
+    for policy in args.policies:
+        runs: dict[Path, list[dict[str, Any]]] = {r: [] for r in roots}
+        for k in range(args.repeats):
+            for root in roots if k % 2 == 0 else roots[::-1]:
+                runs[root].append(_child(root, args, policy))
+        base = statistics.median(r["cpu_us_per_request"] for r in runs[roots[0]])
+        for root in roots:
+            cpu = [r["cpu_us_per_request"] for r in runs[root]]
+            rate = [r["requests_per_s"] for r in runs[root]]
+            loads = [x for r in runs[root] for x in r["load_average"]]
+            row = {
+                "policy": policy,
+                "root": str(root),
+                "cpu_us_per_request": cpu,
+                "requests_per_s": rate,
+                "load_average": loads,
+                "cpu_over_base": statistics.median(cpu) / base,
+                "hit_rate": runs[root][-1]["hit_rate"],
+            }
+            rows.append(row)
+            print(
+                f"{policy:<14}{root!s:<28} cpu us/req {statistics.median(cpu):>6,.0f} "
+                f"(runs {', '.join(f'{c:,.0f}' for c in cpu)})  req/s wall "
+                f"{statistics.median(rate):>6,.0f}  hit {row['hit_rate']:.1%}  "
+                f"x{row['cpu_over_base']:.2f} of A  load {', '.join(f'{x:.1f}' for x in loads)}"
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mode": "compare", "rows": rows}, f, indent=2, allow_nan=False)
 
 
 def main() -> None:
@@ -44,7 +110,13 @@ def main() -> None:
     parser.add_argument("--consistency", default="idle")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument(
+        "--compare", nargs="+", metavar="ROOT", help="other checkouts to measure against this one"
+    )
     args = parser.parse_args()
+    if args.compare:
+        compare(args)
+        return
     if args.trace_file:
         wl = workloads.trace(args.trace_file)
         workers = args.workers or 8

@@ -390,7 +390,10 @@ cdef class MatchResult:
 
 @cython.freelist(16)
 cdef class EvictResult:
-    """Result of ``evict``: the freed slot ``values`` and their ``count``."""
+    """Result of ``evict``: the freed slot ``values`` and their ``count`` (tokens freed).
+
+    ``values`` is None for a cache made with ``store_values=False``.
+    """
 
     cdef readonly cnp.ndarray values
     cdef readonly object count
@@ -511,10 +514,12 @@ cdef class CacheCore:
     # Slots the last insert freed for capacity, only for the deprecated
     # take_evicted() when there is no on_evict: never more than one call's worth.
     cdef object _last_evicted
+    cdef bint _store_values
 
     def __cinit__(self, page_size=1, *, eviction="lru", capacity=None, on_evict=None,
-                  event_log=None, refresh_split_tail=False):
+                  event_log=None, refresh_split_tail=False, store_values=True):
         cdef uint32_t page = check_page_size(page_size)
+        cdef bint keep = check_flag("store_values", store_values)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             raise InvalidInputError(f"eviction must be one of {allowed}, got {eviction!r}")
@@ -528,14 +533,19 @@ cdef class CacheCore:
             raise InputTypeError(
                 f"event_log must be an EventLog or None, got {type(event_log).__name__}"
             )
+        if on_evict is not None and not keep:
+            raise InvalidInputError(
+                "on_evict needs slot values: a cache made with store_values=False frees none"
+            )
         # A policy's position in EVICTION_POLICIES is its C++ EvictionPolicy value.
         self._tree.reset(new RadixTree(
-            page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), True,
+            page, <EvictionPolicy><int>EVICTION_POLICIES.index(eviction), keep,
             kNoCapacity if capacity is None else <uint64_t>min(capacity, kNoCapacity - 1),
         ))
         self._tree.get().set_refresh_split_tail(check_flag("refresh_split_tail",
                                                            refresh_split_tail))
         self._owner = next(_owner_ids)
+        self._store_values = keep
         self._eviction = eviction
         self._capacity = capacity
         self._on_evict = on_evict
@@ -580,6 +590,11 @@ cdef class CacheCore:
     def refresh_split_tail(self):
         """Whether a split also stamps the lower half of the cut node as just used."""
         return self._tree.get().refresh_split_tail()
+
+    @property
+    def store_values(self):
+        """Whether the cache keeps a KV slot value beside each token."""
+        return self._store_values
 
     @property
     def on_evict(self):
@@ -640,6 +655,14 @@ cdef class CacheCore:
                 self._namespaces.renew(ns)
         return 0
 
+    cdef int _need_values(self, str what) except -1:
+        """Raise if this cache keeps no slot values (``what`` names the call)."""
+        if not self._store_values:
+            raise InvalidInputError(
+                f"{what} needs slot values: this cache was made with store_values=False"
+            )
+        return 0
+
     cdef uint32_t _node_index(self, object node) except? 0xFFFFFFFF:
         if type(node) is not Node:
             raise InputTypeError(f"node must be a Node handle, got {type(node).__name__}")
@@ -676,6 +699,8 @@ cdef class CacheCore:
         cdef size_t n = 0
         owner = _load_tokens(key, &scratch, &data, &n)
         cdef bint gather = values is True or check_flag("values", values)
+        if gather and not self._store_values:
+            self._need_values("match_prefix(values=True)")
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef RadixTree* tree = self._tree.get()
         # Creating a Python object can run arbitrary code (a collection runs
@@ -716,6 +741,7 @@ cdef class CacheCore:
         cdef uint64_t already = 0
         owner = _load_tokens(key, &scratch, &data, &n)
         if values is not None:
+            self._need_values("insert(values=...)")
             value_owner = _load_values(values, n, &value_scratch, &value_data)
         if type(priority) is int and -0x8000000000000000 <= priority <= 0x7FFFFFFFFFFFFFFF:
             prio = priority
@@ -740,7 +766,9 @@ cdef class CacheCore:
             except BaseException:
                 del freed
                 raise
-            self._release_dropped_namespaces()
+        # Not only when slots were freed: a cache without values frees none, yet
+        # its capacity eviction may empty namespaces all the same.
+        self._release_dropped_namespaces()
         if ns != 0:
             self._release_namespace(ns)
         if self._log is not None:
@@ -763,6 +791,7 @@ cdef class CacheCore:
         ``values=False``. Complexity: O(nodes on the path + node.length).
         """
         cdef uint32_t index = self._node_index(node)
+        self._need_values("path_values()")
         cdef cnp.ndarray out = _new_int64(self._tree.get().node(index).depth)
         # Making the array can run code that uses this cache (a collection's
         # finalizers): check the handle again before reading the tree.
@@ -796,6 +825,17 @@ cdef class CacheCore:
             num_tokens = check_int("num_tokens", num_tokens, 0)
         cdef uint64_t want = <uint64_t>min(num_tokens, 0xFFFFFFFFFFFFFFFF)
         cdef RadixTree* tree = self._tree.get()
+        cdef uint64_t done
+        cdef EvictResult result
+        if not self._store_values:  # nothing to hand back: count the tokens only
+            done = tree.evict(want, NULL)
+            self._release_dropped_namespaces()
+            if self._log is not None:
+                self._recycle_retired()
+            result = EvictResult.__new__(EvictResult)
+            result.values = None
+            result.count = done
+            return result
         cdef vector[int64_t]* freed = new vector[int64_t]()
         try:
             # One reservation: eviction overshoots the request by at most one leaf.
@@ -808,13 +848,14 @@ cdef class CacheCore:
         self._release_dropped_namespaces()
         if self._log is not None:
             self._recycle_retired()
-        cdef EvictResult result = EvictResult.__new__(EvictResult)
+        result = EvictResult.__new__(EvictResult)
         result.values = values
         result.count = len(values)
         return result
 
     def take_evicted(self):
         """Deprecated: the slots the most recent insert freed for capacity, not yet taken."""
+        self._need_values("take_evicted()")
         warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
         taken = self._last_evicted
         self._last_evicted = None
@@ -843,6 +884,7 @@ cdef class CacheCore:
 
     def items(self, *, namespace=None):
         """Every leaf's full prefix and values, in lexicographic order of the prefix."""
+        self._need_values("items()")
         cdef uint32_t ns = self._namespace_id(namespace, False)
         cdef RadixTree* tree = self._tree.get()
         if tree.root_of(ns) == kNoNode:

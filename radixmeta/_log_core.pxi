@@ -1,7 +1,7 @@
 # The worker-side event log: the native EventLogCore behind radixmeta.EventLog.
 # Included into _core.pyx; the ring itself is csrc/include/radixmeta/event_ring.hpp.
 
-from radixmeta._log_settings import checked_hashes, log_settings, truncated
+from radixmeta._log_settings import checked_hashes, discard_past, log_settings, truncated
 from radixmeta._records import make_record
 
 
@@ -24,6 +24,7 @@ cdef extern from "radixmeta/event_ring.hpp" namespace "radixmeta" nogil:
         uint64_t index_of(uint64_t start)
         const EventRecord& at(uint64_t i)
         void copy_path(uint64_t i, uint32_t* out)
+        uint64_t discard_through(uint64_t through)
 
     void chain_hashes(const uint32_t* tokens, uint64_t n_pages, uint32_t page, uint64_t* hashes)
 
@@ -125,6 +126,24 @@ cdef class EventLogCore:
             ring.copy_path(k, tokens.data() + total)
             total += ring.at(k).length
         return self._records(picked, tokens, None)
+
+    def discard(self, through_seq):
+        """Drop every held record with ``seq <= through_seq``; returns how many went.
+
+        For a producer that knows what every consumer has applied: the ring then
+        holds, and its buffers span, only what is still to be read. ``-1`` drops
+        nothing; a sequence number older than the oldest held one drops nothing
+        more. A later ``read(after=s)`` for an ``s`` before the oldest held
+        record raises ``LogTruncatedError``, as for records the bounds dropped.
+        Complexity: O(records dropped) (their segments amortised O(1) each).
+        """
+        through = check_int("through_seq", through_seq, -1)
+        cdef EventRing* ring = self._ring.get()
+        if through >= <object>ring.next_seq():
+            raise discard_past(through, ring.next_seq())
+        if through < 0:
+            return 0
+        return ring.discard_through(<uint64_t>through)
 
     cdef list _records(self, const vector[EventRecord]& picked, const vector[uint32_t]& tokens,
                        object stamp):

@@ -99,6 +99,13 @@ def _with_namespace(fn: Any) -> Any:
 def truncated(after: int, oldest: int, capacity: int) -> LogTruncatedError:
     msg = (
         f"records {after + 1} to {oldest - 1} were dropped from the log "
-        f"(capacity {capacity}); resync from the cache's snapshot()"
+        f"(capacity {capacity}) or discarded; resync from the cache's snapshot()"
     )
     return LogTruncatedError(msg, oldest)
+
+
+def discard_past(through: int, next_seq: int) -> InvalidInputError:
+    """The error of ``discard(through)`` past the newest record (both logs raise it)."""
+    newest = "no record yet" if next_seq == 0 else f"the newest is {next_seq - 1}"
+    msg = f"through_seq {through} names a record not written yet ({newest})"
+    return InvalidInputError(msg)

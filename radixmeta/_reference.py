@@ -146,13 +146,17 @@ class MatchResult:
 
 
 class EvictResult:
-    """Result of :meth:`RadixCache.evict`: the freed slot ``values`` and their ``count``."""
+    """Result of :meth:`RadixCache.evict`: the freed slot ``values`` and their ``count``.
+
+    ``count`` is the tokens freed; ``values`` is None for a cache made with
+    ``store_values=False``.
+    """
 
     __slots__ = ("values", "count")
 
-    def __init__(self, values: np.ndarray):
+    def __init__(self, values: np.ndarray | None, count: int):
         self.values = values
-        self.count = len(values)
+        self.count = count
 
     def __repr__(self) -> str:
         return f"EvictResult(count={self.count})"
@@ -170,8 +174,10 @@ class CacheCore:
         on_evict: Callable[[np.ndarray], object] | None = None,
         event_log: EventLogCore | None = None,
         refresh_split_tail: bool = False,
+        store_values: bool = True,
     ) -> None:
         self._page_size = check_page_size(page_size)
+        self._store_values = check_flag("store_values", store_values)
         if eviction not in EVICTION_POLICIES:
             allowed = ", ".join(repr(p) for p in EVICTION_POLICIES)
             msg = f"eviction must be one of {allowed}, got {eviction!r}"
@@ -185,6 +191,9 @@ class CacheCore:
         if event_log is not None and not isinstance(event_log, EventLogCore):
             msg = f"event_log must be an EventLog or None, got {type(event_log).__name__}"
             raise InputTypeError(msg)
+        if on_evict is not None and not self._store_values:
+            msg = "on_evict needs slot values: a cache made with store_values=False frees none"
+            raise InvalidInputError(msg)
         self._refresh_split_tail = check_flag("refresh_split_tail", refresh_split_tail)
         if event_log is not None:
             event_log._attach(self._page_size)
@@ -253,6 +262,17 @@ class CacheCore:
     def refresh_split_tail(self) -> bool:
         """Whether a split also stamps the lower half of the cut node as just used."""
         return self._refresh_split_tail
+
+    @property
+    def store_values(self) -> bool:
+        """Whether the cache keeps a KV slot value beside each token."""
+        return self._store_values
+
+    def _need_values(self, what: str) -> None:
+        """Raise if this cache keeps no slot values (``what`` names the call)."""
+        if not self._store_values:
+            msg = f"{what} needs slot values: this cache was made with store_values=False"
+            raise InvalidInputError(msg)
 
     @property
     @atomic
@@ -338,7 +358,8 @@ class CacheCore:
         default namespace's root, whatever the namespace.
         """
         toks = self._aligned(key)
-        check_flag("values", values)
+        if check_flag("values", values):
+            self._need_values("match_prefix(values=True)")
         root = self._roots.get(namespace)  # may raise (unhashable): before any change
         self._clock += 1
         self._stats[0] += 1
@@ -426,7 +447,17 @@ class CacheCore:
         first ``counted`` tokens gains a hit.
         """
         raw = _keys.tokens(key)
-        vals = raw if values is None else _keys.values(values, len(raw))
+        if values is not None:
+            self._need_values("insert(values=...)")
+        # Without values every node keeps an empty tuple (what a split cuts stays empty).
+        empty: tuple[int, ...] = ()
+        vals = (
+            empty
+            if not self._store_values
+            else raw
+            if values is None
+            else _keys.values(values, len(raw))
+        )
         priority = _keys.check_priority(priority)
         counted = check_int("counted", counted, 0)
         n = len(raw) - len(raw) % self._page_size
@@ -550,7 +581,9 @@ class CacheCore:
     @atomic
     def path_values(self, node: Node) -> np.ndarray:
         """The KV slots of the path from the root to ``node`` (int64, ``node.length`` of them)."""
-        return np.array(self._path_values(self._node_of(node)), dtype=np.int64)
+        target = self._node_of(node)
+        self._need_values("path_values()")
+        return np.array(self._path_values(target), dtype=np.int64)
 
     @atomic
     def lock_count(self, node: Node) -> int:
@@ -561,11 +594,23 @@ class CacheCore:
     def evict(self, num_tokens: int) -> EvictResult:
         """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order."""
         num_tokens = check_int("num_tokens", num_tokens, 0)
-        return EvictResult(np.array(self._evict_tokens(num_tokens), dtype=np.int64))
+        done = self._evicted_tokens
+        freed = self._evict_tokens(num_tokens)
+        count = self._evicted_tokens - done
+        if not self._store_values:
+            return EvictResult(None, count)
+        return EvictResult(np.array(freed, dtype=np.int64), count)
+
+    @property
+    def _evicted_tokens(self) -> int:
+        return self._stats[3]
 
     def _evict_tokens(self, num_tokens: int) -> list[int]:
+        """Evict at least ``num_tokens`` tokens if it can; returns their slots (none
+        without values). The stats' evicted count grows by the tokens freed."""
         freed: list[int] = []
-        while len(freed) < num_tokens:
+        done = 0
+        while done < num_tokens:
             leaves = [n for n in self._all_nodes() if self._is_evictable_leaf(n)]
             if not leaves:
                 break
@@ -574,6 +619,7 @@ class CacheCore:
                 start = victim.depth - len(victim.label)
                 self._log._record(REMOVED, self._namespace_of(victim), self._path(victim), start)
             freed.extend(victim.values)
+            done += len(victim.label)
             parent = victim.parent
             assert parent is not None
             del parent.children[victim.label[: self._page_size]]
@@ -583,12 +629,13 @@ class CacheCore:
             if parent.parent is None and not parent.children and parent.namespace is not None:
                 del self._roots[parent.namespace]  # an emptied namespace is forgotten
                 parent.generation += 1
-        self._stats[3] += len(freed)
+        self._stats[3] += done
         return freed
 
     @atomic
     def take_evicted(self) -> np.ndarray:
         """Deprecated: the slots the most recent insert freed for capacity, not yet taken."""
+        self._need_values("take_evicted()")
         warnings.warn(TAKE_EVICTED_DEPRECATION, DeprecationWarning, stacklevel=2)
         out = np.array(self._last_evicted, dtype=np.int64)
         self._last_evicted = []
@@ -650,6 +697,7 @@ class CacheCore:
     @atomic
     def items(self, *, namespace: Hashable = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every leaf's full prefix and values, in lexicographic order of the prefix."""
+        self._need_values("items()")
         out: list[tuple[np.ndarray, np.ndarray]] = []
         root = self._roots.get(namespace)
         if root is None:
@@ -716,7 +764,10 @@ class CacheCore:
                 assert parent is not None  # for the type checker
                 whole_pages = len(node.label) > 0 and len(node.label) % p == 0
                 _require(whole_pages, "a label is not whole pages")
-                _require(len(node.values) == len(node.label), "values and label lengths differ")
+                _require(
+                    len(node.values) == (len(node.label) if self._store_values else 0),
+                    "values and label lengths differ",
+                )
                 _require(node.label[:p] == first, "a child is filed under the wrong key")
                 _require(node.depth == parent.depth + len(node.label), "a depth is wrong")
                 child_locks = sum(c.lock_count for c in node.children.values())

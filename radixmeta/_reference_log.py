@@ -15,7 +15,7 @@ import numpy as np
 
 from radixmeta import _hashing
 from radixmeta._keys import check_int
-from radixmeta._log_settings import checked_hashes, log_settings, truncated
+from radixmeta._log_settings import checked_hashes, discard_past, log_settings, truncated
 from radixmeta._records import CLEARED, REMOVED, STORED, Record, make_record
 from radixmeta.errors import InvalidInputError
 
@@ -121,6 +121,17 @@ class EventLogCore:
         if max_records is not None:
             picked = picked[: check_int("max_records", max_records, 0)]
         return [self._build(*entry) for entry in picked]
+
+    def discard(self, through_seq: int) -> int:
+        """Drop every held record with ``seq <= through_seq``; returns how many went."""
+        through = check_int("through_seq", through_seq, -1)
+        if through >= self._next_seq:
+            raise discard_past(through, self._next_seq)
+        dropped = 0
+        while self._entries and self._entries[0][0] <= through:
+            self._held_tokens -= len(self._entries.popleft()[3])
+            dropped += 1
+        return dropped
 
     def _build(
         self, seq: int, kind: int, namespace: Hashable, path: tuple[int, ...], start: int

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             freed = cache.evict(need - len(free_slots))
             timings["evict"] += clock() - t
             counts["evict"] += 1
+            assert freed.values is not None  # this cache keeps values (None only without)
             free_slots.extend(freed.values.tolist())
         if need > len(free_slots):
             print(f"request {i}: KV pool too small for {need} tokens", file=sys.stderr)

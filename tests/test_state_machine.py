@@ -358,6 +358,7 @@ def test_model_has_the_core_api() -> None:
         return {name for name in dir(cls) if not name.startswith("_")}
 
     # The event log is checked cache by cache in test_event_log.py (replayed into a
-    # MetaTree), not by the page model.
-    outside_the_model = {"memory_usage", "event_log", "snapshot"}
+    # MetaTree), not by the page model; a cache without values, against a twin that
+    # keeps them, in test_cache_without_values.py.
+    outside_the_model = {"memory_usage", "event_log", "snapshot", "store_values"}
     assert public(REFERENCE) - outside_the_model <= public(BruteForceCache)

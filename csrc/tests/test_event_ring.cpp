@@ -49,6 +49,17 @@ class Tee final : public radixmeta::TreeObserver {
     push({next_seq_++, radixmeta::kEventCleared, 0, 0, {}});
   }
 
+  // A reader is done through `through`: both drop it, and agree on how many.
+  void discard(uint64_t through) {
+    uint64_t dropped = 0;
+    while (!held_.empty() && held_.front().seq <= through) {
+      held_tokens_ -= held_.front().path.size();
+      held_.pop_front();
+      ++dropped;
+    }
+    CHECK(ring.discard_through(through) == dropped);
+  }
+
   // The ring holds what the oracle holds, token for token.
   void check() const {
     CHECK(ring.size() == held_.size());
@@ -106,7 +117,7 @@ class Tee final : public radixmeta::TreeObserver {
 // Random inserts (sharing stems, so splits and shared ancestors abound),
 // matches (which split), evictions, locks and resets, checked after each.
 void test_random(uint32_t page, uint64_t capacity, uint64_t max_tokens, uint64_t tree_capacity,
-                 uint32_t seed) {
+                 uint32_t seed, bool discards = false) {
   std::mt19937 rng(seed);
   RadixTree t(page, EvictionPolicy::kLru, false, tree_capacity);
   Tee tee(capacity, max_tokens);
@@ -143,7 +154,11 @@ void test_random(uint32_t page, uint64_t capacity, uint64_t max_tokens, uint64_t
         locked.push_back(m.node);
       }
     } else if (op < 95) {
-      t.evict(rng() % 64, nullptr);
+      // With discards, a reader now and then done through a recent record (or all).
+      if (discards && op >= 88 && tee.ring.next_seq() != 0)
+        tee.discard(tee.ring.next_seq() - 1 - rng() % std::min<uint64_t>(tee.ring.next_seq(), 8));
+      else
+        t.evict(rng() % 64, nullptr);
     } else if (op < 99) {
       if (!locked.empty()) {
         t.unlock(locked.back());
@@ -224,7 +239,8 @@ int main() {
       for (auto [capacity, max_tokens] :
            {std::pair<uint64_t, uint64_t>{1, 1}, {3, 8}, {5, 40}, {16, 64}, {1000, 200},
             {2, 1u << 20}, {4, 1u << 20}, {1u << 16, 1u << 22}})
-        test_random(page, capacity, max_tokens, tree_capacity, ++seed);
+        for (bool discards : {false, true})
+          test_random(page, capacity, max_tokens, tree_capacity, ++seed, discards);
   if (failures != 0) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

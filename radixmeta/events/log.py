@@ -64,7 +64,10 @@ class EventLog(_EventLogCore):
     the labels the ring does not hold yet (a stored leaf's own label; for a
     removed leaf usually nothing) and names the rest of its path in what
     earlier records copied, in memory the ring keeps and reuses; ``read``
-    puts each path together.
+    puts each path together. A producer that knows what every consumer has
+    applied drops it with ``discard(through_seq)`` (O(records dropped)); a read
+    from before what was discarded raises ``LogTruncatedError``, as for records
+    the bounds dropped.
 
     Examples
     --------

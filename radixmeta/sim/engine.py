@@ -345,6 +345,7 @@ class Simulation:
         remaining = list(outputs)
         workers: list[SimWorker] = []
         ids: dict[Any, int] = {}
+        by_name: dict[str, SimWorker] = {}
         router_ids: list[Any] = []
         for i in range(cfg.workers):
             name = f"w{i}"
@@ -359,9 +360,11 @@ class Simulation:
                 context_len=context_len,
                 check=cfg.check,
                 fuse=not cfg.trace,  # a trace shows every step
+                records=exact,  # approximate routing reads no records
             )
             worker.bind(self.tokens, outputs, remaining)
             workers.append(worker)
+            by_name[name] = worker
             # Approximate mode needs a bound for its modelled cache; unbounded is "huge".
             bound = capacity if (capacity is not None or exact) else 1 << 62
             wid = router.add_worker(name, capacity=bound)
@@ -458,6 +461,9 @@ class Simulation:
                 run.lags.append((lag, len(records)))
                 count += len(records)
             router.replay()
+            # Applied: the workers' logs need not keep them (the router is their only reader).
+            for _, records in deliveries_now:
+                by_name[records[-1].worker].applied(records[-1].seq)
             wall["replay"] += clock() - t0
             if replay_time:
                 router_free = max(router_free, now) + replay_time * count

@@ -53,6 +53,7 @@ worker holds request indices and reads those lists.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -170,6 +171,16 @@ class SimWorker:
     fuse : bool
         Let :meth:`plan_decode` run consecutive decode steps as one event when
         nothing can happen between them (the results are the same).
+    records : bool
+        Keep an :class:`~radixmeta.EventLog` of the cache (``log``) for
+        :meth:`new_records`; off when nobody reads it (approximate routing),
+        ``log`` is then ``None``.
+
+    Notes
+    -----
+    The cache keeps no KV slot values (``store_values=False``): the simulator
+    never reads them, and without them a cached token takes 4 bytes instead
+    of 12 and an insert copies a third of the bytes.
     """
 
     __slots__ = (
@@ -225,13 +236,19 @@ class SimWorker:
         context_len: int | None = None,
         check: bool = False,
         fuse: bool = True,
+        records: bool = True,
     ) -> None:
         self.name = name
-        # Records are read after every step, so the ring only holds one step's.
-        self.log = EventLog(capacity=1 << 16, max_tokens=1 << 26, form=log_form, worker=name)
+        # Records are read after every step and discarded once the router has applied
+        # them (applied()), so the ring holds what is in flight to the router only.
+        self.log: EventLog | None = (
+            EventLog(capacity=1 << 16, max_tokens=1 << 26, form=log_form, worker=name)
+            if records
+            else None
+        )
         # The tree itself is unbounded: the pool's bound is kept here, over the tree
         # and the requests' own pages together, and eviction is asked for explicitly.
-        self.cache = RadixCache(page_size, event_log=self.log)
+        self.cache = RadixCache(page_size, event_log=self.log, store_values=False)
         self.prefill = prefill
         self.decode = decode
         self.limits = limits
@@ -372,7 +389,7 @@ class SimWorker:
                 break  # the next step takes it
             if defer and admitted:
                 if batch is None:
-                    batch = RadixCache(cache.page_size)
+                    batch = RadixCache(cache.page_size, store_values=False)
                     for q in admitted:
                         batch.insert(tokens[q])
                 shared = batch.match_prefix(prompt, values=False).length
@@ -638,10 +655,7 @@ class SimWorker:
         Returns the new end time, or ``None`` when the plan ends with that step anyway.
         """
         ends = self._plan
-        done = 0
-        while done < len(ends) and ends[done] <= now:
-            done += 1
-        keep = done + 1
+        keep = bisect_right(ends, now) + 1  # the steps ended by now (ends increase), and one
         if keep >= len(ends):
             return None
         del ends[keep:]
@@ -708,11 +722,7 @@ class SimWorker:
             return waiting, running, None
         in_use = self.in_use
         if self._plan:
-            done = 0
-            for end in self._plan:
-                if end >= at:
-                    break
-                done += 1
+            done = bisect_left(self._plan, at)  # the steps that ended before at
             in_use += running * (done + 1)
         return waiting, running, in_use / self.capacity
 
@@ -761,10 +771,22 @@ class SimWorker:
 
     # -- events --------------------------------------------------------------------------
     def new_records(self) -> list[Any]:
-        """The log's records since the last call."""
-        if self.log.next_seq == (0 if self._cursor is None else self._cursor + 1):
+        """The log's records since the last call (none without a log)."""
+        log = self.log
+        if log is None or log.next_seq == (0 if self._cursor is None else self._cursor + 1):
             return []  # nothing new: skip building an empty read
-        records = self.log.read(after=self._cursor)
+        records = log.read(after=self._cursor)
         if records:
             self._cursor = records[-1].seq
         return records
+
+    def applied(self, seq: int) -> None:
+        """The router has applied this worker's records up to ``seq``: the log drops them.
+
+        The router is the log's only reader, and it was handed the records
+        themselves; a log that kept them would grow for the whole run, and
+        every record written would reach further into cold memory.
+        Complexity: O(records dropped).
+        """
+        if self.log is not None:
+            self.log.discard(seq)

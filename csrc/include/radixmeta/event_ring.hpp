@@ -213,6 +213,23 @@ class EventRing final : public TreeObserver {
     }
   }
 
+  // Drops every held record with seq <= through (what all readers have
+  // applied), so the ring keeps, and the buffers span, only what is still to
+  // be read. Returns how many were dropped. A later read from before the
+  // oldest held record is refused as truncated, exactly as for records the
+  // bounds dropped. O(records dropped), amortised O(1) per dropped segment.
+  uint64_t discard_through(uint64_t through) {
+    rollback();
+    uint64_t dropped = 0;
+    while (!records_.empty() && records_.front().seq <= through) {
+      held_tokens_ -= records_.front().length;
+      records_.pop_front();
+      ++dropped;
+    }
+    if (dropped != 0) forget_dropped();
+    return dropped;
+  }
+
   // For tests and diagnostics: tokens from the lowest one a held record reads
   // to the end (what sharing keeps alive), the token array's size, the
   // segments held.
@@ -312,6 +329,12 @@ class EventRing final : public TreeObserver {
       held_tokens_ -= records_.front().length;
       records_.pop_front();
     }
+    forget_dropped();
+  }
+
+  // After records were dropped from the front: the bases and segments only
+  // they needed go too.
+  void forget_dropped() {
     while (!bases_.empty() && (records_.empty() || bases_.front().seq < records_.front().seq))
       bases_.pop_front();
     detail::compact_head(segments_, &segment_base_,
