@@ -147,7 +147,7 @@ def test_both_cores_discard_alike(rng: Any) -> None:
             elif roll < 0.7:
                 cache.evict(driver.randrange(1, 10))
             elif roll < 0.9:
-                through = driver.randrange(log.oldest_seq - 2, log.next_seq)
+                through = driver.randrange(max(-1, log.oldest_seq - 2), log.next_seq)
                 out.append(log.discard(through))
             else:
                 out.append(state(log))
