@@ -43,6 +43,27 @@ class RadixCache(_CacheCore):
         When a match or an insert ends inside a node and splits it, also stamp
         the lower half (the cached tokens past the cut) as just used, as
         SGLang's own trees do; by default only the matched path is stamped.
+    on_evict : callable, optional
+        Called with the slots (an int64 array) of every leaf that an eviction
+        frees, from :meth:`evict` or an insert's capacity eviction, in place of
+        collecting them for :meth:`take_evicted`.
+    event_log : EventLog, optional
+        A log that records every stored and removed page, for a router to
+        replay (see the events page of the docs).
+    store_values : bool, default True
+        Keep each token's slot value. ``False`` keeps none (4 instead of 12
+        bytes a cached token): every call that reads or returns slots
+        (``match_prefix`` unless ``values=False``, ``insert`` with ``values``,
+        :meth:`path_values`, :meth:`items`, :meth:`take_evicted`) then raises
+        :class:`~radixmeta.errors.InvalidInputError`, as does ``on_evict``
+        given with it, and :meth:`evict`'s result has ``values=None``.
+
+    Raises
+    ------
+    InputTypeError
+        An argument of the wrong type (``store_values`` not a bool).
+    InvalidInputError
+        An argument out of range, or ``on_evict`` with ``store_values=False``.
 
     Notes
     -----

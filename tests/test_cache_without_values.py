@@ -419,7 +419,13 @@ class WithoutValuesMachine(RuleBasedStateMachine):
     @rule(handle=handles)
     def path_values_is_refused(self, handle: tuple[Any, ...]) -> None:
         for c, h in zip(self.bare, handle, strict=False):
-            with pytest.raises((InvalidInputError, StaleNodeError)):
+            try:
+                c.lock_count(h)  # a handle evicted since its match is stale, and says so first
+            except StaleNodeError:
+                with pytest.raises(StaleNodeError):
+                    c.path_values(h)
+                continue
+            with pytest.raises(InvalidInputError):  # a live handle: refused for its values
                 c.path_values(h)
 
     @rule(num_tokens=st.integers(0, 6))

@@ -87,7 +87,7 @@ def test_a_request_in_flight_elsewhere_protects_nothing_here() -> None:
 
 
 def test_the_in_flight_tree_empties_and_a_reused_index_inherits_nothing() -> None:
-    router, _ = approximate(n=2)
+    router, policy = approximate(n=2)
     router.dispatch(prompt(1024, 64, 1), request_id="A")
     router.dispatch(prompt(0, 900, 9), request_id="D")
     inflight = router._estimate.inflight
@@ -97,9 +97,13 @@ def test_the_in_flight_tree_empties_and_a_reused_index_inherits_nothing() -> Non
     assert len(inflight) == 0
     again = router.add_worker("w0b", capacity=4096)
     assert again.index == w0.index and again.generation != w0.generation
-    length = inflight.lengths(np.asarray(prompt(1024, 64, 1), dtype=np.uint32), None, None)
-    assert length(again) == 0
-    router.dispatch(prompt(1024, 64, 1), request_id="A2")
+    key = np.asarray(prompt(1024, 64, 1), dtype=np.uint32)
+    assert inflight.lengths(key, None, None)(again) == 0
+    policy.target = [w.name for w in router.workers].index("w0b")
+    router.dispatch(prompt(1024, 64, 1), request_id="A2")  # in flight on the new worker
+    length = inflight.lengths(key, None, None)
+    assert length(again) == 1024 + 64
+    assert length(w0) == 0  # the index's old generation holds nothing, though it is reused
     router.finish("A2")
     assert len(inflight) == 0 and inflight.tree.node_count == 0
 
