@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from radixmeta._workers import WorkerId
 from radixmeta.policies.base import Request, View
@@ -56,7 +55,7 @@ class Decision:
         "_hold",
         "_started",
         "_decode",  # set by prefill_done: the tokens counted in decode_tokens
-        "_keys",  # its prefixes in the router's in-flight counts (empty: not counted)
+        "_inflight",  # its prompt's hold in the estimate's in-flight tree (None: not held)
         "_ranking",  # set by dispatch(ranked=True) only
     )
     _decode: int
@@ -83,7 +82,7 @@ class Decision:
         self._request = request
         self._hold = hold  # the hold of its pages (exact mode)
         self._started = started
-        self._keys: tuple[Any, ...] = ()
+        self._inflight: int | None = None
 
     @property
     def lengths(self) -> dict[WorkerId, int]:

@@ -118,19 +118,16 @@ class Estimate:
 
     Parameters
     ----------
-    tree : MetaTree
-        The router's tree (for its page size).
-    exact : bool
-        Exact mode (kept for callers; the protection is the same in both modes).
+    page_size : int
+        The router's page size (the protection is the same in exact and
+        approximate mode: both hold the in-flight prompts in their own tree).
     """
 
-    __slots__ = ("exact", "inflight", "page_size", "tree")
+    __slots__ = ("inflight", "page_size")
 
-    def __init__(self, tree: MetaTree, exact: bool) -> None:
-        self.tree = tree
-        self.exact = exact
-        self.page_size = tree.page_size
-        self.inflight = InFlight(tree.page_size)
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.inflight = InFlight(page_size)
 
     def protection(
         self,
@@ -167,13 +164,13 @@ class Estimate:
         """Hold a committed request's prompt on its worker until it ends (``raw``, what
         its worker's match was, is not needed: the prompt covers every prefix of it)."""
         request = decision._request
-        decision._keys = (
-            self.inflight.enter(decision.worker, request.tokens, request.namespace, request.extras),
+        decision._inflight = self.inflight.enter(
+            decision.worker, request.tokens, request.namespace, request.extras
         )
 
     def leave(self, decision: Decision) -> None:
         """A request is no longer in flight."""
-        keys = decision._keys
-        if keys:
-            self.inflight.leave(keys[0])
-            decision._keys = ()
+        hold = decision._inflight
+        if hold is not None:
+            self.inflight.leave(hold)
+            decision._inflight = None
