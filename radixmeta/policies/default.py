@@ -497,9 +497,15 @@ class DefaultPolicy:
             if not _move_part(pieces, where, load, placed, split, fair / 2.0, pools):
                 break
         out: list[Choice | None] = [None] * len(requests)
+        # Pieces of one cost on one worker have equal choices: one object for all of
+        # them (a batch of distinct prompts of one length has a choice per worker, not
+        # one per request: fewer objects to make and for the collector to walk after).
+        made: dict[tuple[int, float], Choice] = {}
         for piece, w in zip(pieces, where, strict=True):
-            detail = (("group_tokens", piece.cold), ("worker_tokens", load[w]))
-            choice = new_choice(Choice, (workers[w], "batch", detail))
+            choice = made.get((w, piece.cold))
+            if choice is None:
+                detail = (("group_tokens", piece.cold), ("worker_tokens", load[w]))
+                choice = made[w, piece.cold] = new_choice(Choice, (workers[w], "batch", detail))
             for member in piece.members:
                 out[member.index] = choice
         return [c for c in out if c is not None]
