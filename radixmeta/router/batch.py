@@ -394,20 +394,27 @@ def _settle_again(
         if partner[k] >= 0:
             chain[k] = chain[partner[k]]  # a partner comes first: resolved already
     hot = {chain[k] for k in again}  # the chains that have such a request
-    # Per (worker, chain) so far: the partner all its requests share (-2: not one) with
-    # the largest of their shares with it, and the requests themselves.
-    star: dict[tuple[int, int], tuple[int, int]] = {}
-    earlier: dict[tuple[int, int], list[int]] = {}
+    # Per (worker, chain) so far, keyed by one int (no tuple per request): the partner
+    # all its requests share (-2: not one), the largest of their shares with it, and
+    # the requests themselves.
+    width = max(worker_of) + 1
+    star: dict[int, int] = {}
+    top: dict[int, int] = {}
+    earlier: dict[int, list[int]] = {}
     raised: list[tuple[int, int]] = []
     for k, w in enumerate(worker_of):
-        if chain[k] not in hot:
+        c = chain[k]
+        if c not in hot:
             continue
-        key = (w, chain[k])
-        mine, share = partner[k], common[k]
+        key = c * width + w
         before = star.get(key)
-        if k in again and before is not None:  # else nothing of its chain came here
-            if before[0] == mine:
-                found = min(share, before[1])
+        if before is None:  # nothing of its chain came here before it
+            star[key], top[key], earlier[key] = partner[k], common[k], [k]
+            continue
+        mine, share = partner[k], common[k]
+        if k in again:
+            if before == mine:
+                found = min(share, top[key])
             else:
                 found = 0
                 tokens = requests[k].tokens
@@ -418,16 +425,12 @@ def _settle_again(
             if found > matched[k]:
                 raised.append((k, found - matched[k]))
                 matched[k] = found
-        if before is None:
-            star[key] = (mine, share)
-            earlier[key] = [k]
-        else:
-            earlier[key].append(k)
-            if before[0] == mine:
-                if share > before[1]:
-                    star[key] = (mine, share)
-            elif before[0] != -2:
-                star[key] = (-2, 0)
+        earlier[key].append(k)
+        if before == mine:
+            if share > top[key]:
+                top[key] = share
+        elif before != -2:
+            star[key], top[key] = -2, 0
     again.clear()
     return raised
 
