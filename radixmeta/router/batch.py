@@ -207,10 +207,7 @@ def by_policy(
     held = None if estimate is None else estimate.rows()
     shared = registry.aligned()  # one copy for every view (views are read-only)
     expected = held if held is not None else [None] * len(every)
-    views = [
-        registry.view(m, lengths, shared, None, e)
-        for m, lengths, e in zip(matches, every, expected, strict=True)
-    ]
+    views = registry.views(matches, every, shared, expected)
     # The policy's own list of the groups (it may reorder it, as its packing order).
     choices = choose_batch(requests, views, list(groups))
     if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
