@@ -479,6 +479,21 @@ class Router:
             rid = next(self._ids)
         return rid
 
+    def _new_ids(self, count: int, taken: set[str]) -> list[str]:
+        """``count`` new ids of this router's own, none in flight or in ``taken`` (a batch's
+        given ids): what ``count`` calls of ``_request_id(None, taken)`` give, drawn at
+        once. O(count)."""
+        fresh = list(itertools.islice(self._ids, count))
+        flights = self._flights
+        if taken.isdisjoint(fresh) and flights.keys().isdisjoint(fresh):
+            return fresh
+        # A caller's id looks like one of ours: skip those, draw more for them (later
+        # counts), as the calls one by one would have.
+        kept = [rid for rid in fresh if rid not in flights and rid not in taken]
+        while len(kept) < count:
+            kept.append(self._request_id(None, taken))
+        return kept
+
     def _commit(self, decision: Decision, match: Any, raw: int) -> None:
         """Apply a decided request (nothing here raises): mark its pages for its worker
         from its match's walk (exact mode: a hold, released at its end; approximate: an
@@ -603,11 +618,12 @@ class Router:
                 else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
-            requests_ = []
-            for key, rid, ns, extras, group, expected in items:
-                if rid is None:  # an id of the router's own, none of the batch's given ones
-                    rid = self._request_id(None, ids)
-                requests_.append(Request(rid, key, ns, extras, group, expected))
+            # Ids of the router's own for the items without one, none of the given ones.
+            fresh = iter(self._new_ids(sum(item[1] is None for item in items), ids))
+            requests_ = [
+                Request(next(fresh) if rid is None else rid, key, ns, extras, group, expected)
+                for key, rid, ns, extras, group, expected in items
+            ]
             groups = batch.groups_of(items, self.page_size, self.group_ratio)
             # Decide: the plan (choices and what each request finds on its worker), the
             # clock, the hooks. The router's own state is untouched until the commit.
