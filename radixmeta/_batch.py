@@ -50,7 +50,7 @@ class PrefixGroup(tuple[list[int], int]):
     """
 
     __slots__ = ()
-    _of: ClassVar[PrefixGroups]  # set on each batch's subclass
+    _of: ClassVar[_Flat]  # set on each batch's subclass
 
     def __new__(
         cls,
@@ -93,6 +93,22 @@ class PrefixGroup(tuple[list[int], int]):
         return [own[k] for k in self[0]]
 
 
+class _Flat:
+    """A batch's flat per-request lists, as its groups' class holds them.
+
+    Not the PrefixGroups itself: a class is in a reference cycle (its own ``__mro__``),
+    so whatever it holds lives until the cyclic collector runs; holding the batch's
+    groups there kept their runs (two objects per group) alive for the collector to
+    walk and free after every large batch, where plain reference counting frees them
+    as soon as the batch is done.
+    """
+
+    __slots__ = ("common", "own", "partner")
+
+    def __init__(self, partner: list[int], common: list[int], own: list[int]) -> None:
+        self.partner, self.common, self.own = partner, common, own
+
+
 class PrefixGroups(Sequence[PrefixGroup]):
     """A batch's groups (a sequence of :class:`PrefixGroup`, in order of their first
     member), over flat per-request lists that the batch path reads in one pass.
@@ -127,7 +143,8 @@ class PrefixGroups(Sequence[PrefixGroup]):
         """This batch's PrefixGroup subclass (made once: a class costs ~10 us)."""
         kind = self._type
         if kind is None:
-            attrs = {"__slots__": (), "_of": self, "__module__": __name__,
+            flat = _Flat(self.partner, self.common, self.own)
+            attrs = {"__slots__": (), "_of": flat, "__module__": __name__,
                      "__qualname__": PrefixGroup.__qualname__}
             kind = self._type = type(PrefixGroup.__name__, (PrefixGroup,), attrs)
         return kind

@@ -276,6 +276,27 @@ def test_a_batch_matches_the_tree_once_and_marks_every_request() -> None:
     assert router.tree.hold_count == 0
 
 
+def test_a_batchs_own_ids_avoid_the_ids_in_flight_and_given() -> None:
+    # A caller's ids that look like the router's next ones, in flight and in the batch:
+    # the ids the router draws for the rest skip both, and all of them differ.
+    router = Router(4, policy=LeastLoaded())
+    router.add_worker("a")
+    router.add_worker("b")
+    first = router.dispatch(prompt(0, 1))
+    base = first.request_id.rsplit("-", 1)[0]
+    flying = router.dispatch(prompt(0, 2), request_id=f"{base}-2")
+    given = [{"tokens": prompt(1, 1), "request_id": f"{base}-4"}]
+    out = router.dispatch_batch([prompt(2, k) for k in range(3)] + given + [prompt(3, 1)])
+    ids = [d.request_id for d in (first, flying, *out)]
+    assert len(set(ids)) == len(ids)
+    assert out[3].request_id == f"{base}-4"
+    # As dispatch would have drawn them one by one: in order, skipping the taken ones.
+    assert [d.request_id for d in (*out[:3], out[4])] == [f"{base}-{k}" for k in (1, 3, 5, 6)]
+    for rid in ids:
+        router.finish(rid)
+    assert router.tree.hold_count == 0
+
+
 def test_approximate_batches_insert() -> None:
     router = Router(4, policy=LeastLoaded(), mode="approximate")
     workers = [router.add_worker(f"w{i}", capacity=64) for i in range(2)]

@@ -74,6 +74,10 @@ _ORDERS_KEPT = 64
 _FAST_PATHS = True
 
 
+#: The floors of a piece of one member (read only: shared by every such piece).
+_ALONE = [0]
+
+
 class _Member:
     """What ``choose_batch`` knows of one request of a batch group."""
 
@@ -134,7 +138,7 @@ class _Piece:
         piece = cls.__new__(cls)
         piece.group, piece.shared = group, shared
         piece.members = [_Member(index, length, -1, 0, held)]
-        piece._floors = [0]  # the first member shares nothing inside the piece
+        piece._floors = _ALONE  # the first member shares nothing inside the piece
         cold = piece.cold = float(length) if length > 0 else 0.0
         piece._row = None
         if length <= 0 or max(held) <= 0:  # costs() would make [cold] * workers
@@ -471,11 +475,13 @@ class DefaultPolicy:
         # pieces of at most a quarter share, but never so small that its prefix is
         # more than a quarter of a piece; evenly sized pieces also spread evenly the
         # error of the token counts (a cache that evicts computes more than them).
-        cut = [
-            part
-            for piece in whole
-            for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
-        ]
+        cut = whole
+        if any(piece.cold > fair and len(piece.members) > 1 for piece in whole):  # see cut
+            cut = [
+                part
+                for piece in whole
+                for part in piece.cut(fair, max(fair / 4.0, 4.0 * piece.shared))
+            ]
         # Bounded pools: a group's prefix is computed again whenever the worker's other
         # requests push it out between two of its members (_Pools).
         capacities = first.capacities
@@ -488,18 +494,26 @@ class DefaultPolicy:
             if best is None or max(packing[2]) < max(best[2]):
                 best = packing
         assert best is not None
-        pieces, where, load = best
-        placed = {(piece.group, w) for piece, w in zip(pieces, where, strict=True)}
+        pieces, where, load, placed = best
         # Groups in several pieces already: moving more of them costs less in hits
         # than splitting one more group, which only a group above half a share risks.
-        split = {g for g, count in Counter(piece.group for piece in pieces).items() if count > 1}
+        # (As many pieces as groups: the whole groups, none split.)
+        split: set[int] = set()
+        if len(pieces) > len(whole):
+            split = {g for g, count in Counter(p.group for p in pieces).items() if count > 1}
         for _ in range(4 * n + len(pieces)):
             if not _move_part(pieces, where, load, placed, split, fair / 2.0, pools):
                 break
         out: list[Choice | None] = [None] * len(requests)
+        # Pieces of one cost on one worker have equal choices: one object for all of
+        # them (a batch of distinct prompts of one length has a choice per worker, not
+        # one per request: fewer objects to make and for the collector to walk after).
+        made: list[dict[float, Choice]] = [{} for _ in range(n)]  # per worker, by cost
         for piece, w in zip(pieces, where, strict=True):
-            detail = (("group_tokens", piece.cold), ("worker_tokens", load[w]))
-            choice = new_choice(Choice, (workers[w], "batch", detail))
+            choice = made[w].get(piece.cold)
+            if choice is None:
+                detail = (("group_tokens", piece.cold), ("worker_tokens", load[w]))
+                choice = made[w][piece.cold] = new_choice(Choice, (workers[w], "batch", detail))
             for member in piece.members:
                 out[member.index] = choice
         return [c for c in out if c is not None]
@@ -944,7 +958,7 @@ def _pack(
     in_flight: list[float],
     pools: _Pools | None = None,
     fast: bool = False,
-) -> tuple[list[_Piece], list[int], list[float]]:
+) -> tuple[list[_Piece], list[int], list[float], set[tuple[int, int]]]:
     """Place the pieces, each on the worker it leaves least loaded (a second piece of a
     group on a worker shares the first one's prefix there): those some worker holds
     more of first, by what that saves, then the rest largest first.
@@ -966,17 +980,26 @@ def _pack(
     piece; a piece that starts no such run is placed by the scan, O(workers), without
     a heap (pieces of distinct costs cost what the scan costs, no more); with pools, a
     worker with no piece yet is priced by ``_Pools.alone``. O(pieces x workers)
-    otherwise; O(pieces log pieces) to order them."""
+    otherwise; O(pieces log pieces) to order them. Also returns the ``(group, worker)``
+    pairs placed."""
     load = queued[:]
     in_flight = in_flight[:]
     where = [0] * len(pieces)
     placed: set[tuple[int, int]] = set()
     on_some: set[int] = set()  # the groups of placed pieces
-    rows = [piece.costs() for piece in pieces]
+    # A piece's row made already (most pieces of a large batch share one) read as is.
+    rows = [piece._row or piece.costs() for piece in pieces]
     # The pieces some worker holds more of go first, the most it saves first: a piece
     # that costs the same everywhere then fills in around them (largest first), and
-    # does not take the worker a later piece would find its prefix on.
-    saving = [max(row) - min(row) for row in rows]
+    # does not take the worker a later piece would find its prefix on. Computed once
+    # per row object (rows are read only; pieces of one cost share theirs).
+    spans: dict[int, float] = {}
+    saving = []
+    for row in rows:
+        span = spans.get(id(row))
+        if span is None:
+            span = spans[id(row)] = max(row) - min(row)
+        saving.append(span)
     # A heap compares as the scan only over numbers that compare (no NaN anywhere).
     by_heap = fast and pools is None and all(
         map(math.isfinite, itertools.chain(load, in_flight, speed, weight))
@@ -1033,7 +1056,7 @@ def _pack(
         on_some.add(group)
     if pools is not None:
         pools.on = [[] for _ in pools.on]  # the next packing starts afresh
-    return pieces, where, load
+    return pieces, where, load, placed
 
 
 class _Pools:

@@ -33,6 +33,7 @@ from radixmeta.router.registry import Detail, Registry, Spill
 __all__ = [
     "BatchItem",
     "Expected",
+    "Plan",
     "Planned",
     "batch_item",
     "batch_matched",
@@ -45,8 +46,12 @@ __all__ = [
 Tokens = npt.NDArray[np.uint32]
 #: One batch item, checked: (tokens, id, namespace, extras, group, expected output).
 BatchItem = tuple[Tokens, str | None, Hashable, object, Hashable, int | None]
-#: One planned decision: the worker, the policy's label and detail, and the view it saw.
-Planned = tuple[WorkerId, str, Detail, View]
+#: One planned decision: the worker, the policy's label and detail (one tuple shared by
+#: the requests of a batch that got equal choices).
+Planned = tuple[WorkerId, str, Detail]
+#: A batch's plan, by batch index: each request's planned decision, the view it was
+#: decided from, and what it finds on its worker.
+Plan = tuple[list[Planned], list[View], list[int]]
 
 _KEYWORDS = frozenset(
     {"tokens", "request_id", "namespace", "extras", "group", "expected_output"}
@@ -194,7 +199,7 @@ def by_policy(
     matches: list[Any],
     groups: PrefixGroups,
     estimate: Expected | None = None,
-) -> tuple[list[Planned], list[int]]:
+) -> Plan:
     """Every request decided by the policy's ``choose_batch``, from views that all show
     the loads before any decision of the batch; and what each finds on its worker.
     ``estimate``: :func:`expected_of`'s, shown as each view's ``expected``."""
@@ -202,10 +207,7 @@ def by_policy(
     held = None if estimate is None else estimate.rows()
     shared = registry.aligned()  # one copy for every view (views are read-only)
     expected = held if held is not None else [None] * len(every)
-    views = [
-        registry.view(m, lengths, shared, None, e)
-        for m, lengths, e in zip(matches, every, expected, strict=True)
-    ]
+    views = registry.views(matches, every, shared, expected)
     # The policy's own list of the groups (it may reorder it, as its packing order).
     choices = choose_batch(requests, views, list(groups))
     if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
@@ -214,10 +216,17 @@ def by_policy(
             f"got {choices!r}"
         )
         raise PolicyError(msg)
+    # A policy that packs returns one choice object for many requests: checked once.
     checked = registry.checked
-    planned = [(*checked(c), v) for c, v in zip(choices, views, strict=True)]
+    seen: dict[int, Planned] = {}
+    planned: list[Planned] = []
+    for c in choices:
+        plan = seen.get(id(c))
+        if plan is None:
+            plan = seen[id(c)] = checked(c)
+        planned.append(plan)
     found = every if held is None else held
-    return planned, batch_matched(requests, found, planned, groups, registry.page_size)
+    return planned, views, batch_matched(requests, found, planned, groups, registry.page_size)
 
 
 def by_groups(
@@ -228,7 +237,7 @@ def by_groups(
     matches: list[Any],
     groups: PrefixGroups,
     estimate: Expected | None = None,
-) -> tuple[list[Planned], list[int]]:
+) -> Plan:
     """Decide a batch group by group with the policy's ``choose``; and what each request
     finds on its worker (``batch_matched``'s answer, found on the way; ``estimate``:
     :func:`expected_of`'s, where the router makes one: a whole row only for the
@@ -242,6 +251,7 @@ def by_groups(
     """
     count = len(requests)
     planned: list[Any] = [None] * count
+    views: list[Any] = [None] * count
     matched = [0] * count
     where = [-1] * count  # each decided request's worker index
     again: set[int] = set()
@@ -267,11 +277,12 @@ def by_groups(
             end = at + 1  # the first always goes; the room matters to a run of more
             if end < len(members):
                 end = min(len(members), at + _room(loads, up_index, dense, i, slack, len(members)))
-            choice = (worker, label, detail, view)
+            choice = (worker, label, detail)
             uncached = 0
             for j in range(at, end):
                 k = members[j]
                 planned[k] = choice
+                views[k] = view
                 where[k] = i
                 # What the batch's earlier requests leave on this worker (see
                 # batch_matched; a partner is decided before its request).
@@ -291,7 +302,7 @@ def by_groups(
                 spill = _spill(loads, up_index, dense, slack)
     if again:
         _settle_again(again, where, partners, common, requests, registry.page_size, matched)
-    return planned, matched
+    return planned, views, matched
 
 
 def _spill(loads: list[int], up_index: list[int], dense: bool, slack: int) -> Spill:
@@ -380,20 +391,27 @@ def _settle_again(
         if partner[k] >= 0:
             chain[k] = chain[partner[k]]  # a partner comes first: resolved already
     hot = {chain[k] for k in again}  # the chains that have such a request
-    # Per (worker, chain) so far: the partner all its requests share (-2: not one) with
-    # the largest of their shares with it, and the requests themselves.
-    star: dict[tuple[int, int], tuple[int, int]] = {}
-    earlier: dict[tuple[int, int], list[int]] = {}
+    # Per (worker, chain) so far, keyed by one int (no tuple per request): the partner
+    # all its requests share (-2: not one), the largest of their shares with it, and
+    # the requests themselves.
+    width = max(worker_of) + 1
+    star: dict[int, int] = {}
+    top: dict[int, int] = {}
+    earlier: dict[int, list[int]] = {}
     raised: list[tuple[int, int]] = []
     for k, w in enumerate(worker_of):
-        if chain[k] not in hot:
+        c = chain[k]
+        if c not in hot:
             continue
-        key = (w, chain[k])
-        mine, share = partner[k], common[k]
+        key = c * width + w
         before = star.get(key)
-        if k in again and before is not None:  # else nothing of its chain came here
-            if before[0] == mine:
-                found = min(share, before[1])
+        if before is None:  # nothing of its chain came here before it
+            star[key], top[key], earlier[key] = partner[k], common[k], [k]
+            continue
+        mine, share = partner[k], common[k]
+        if k in again:
+            if before == mine:
+                found = min(share, top[key])
             else:
                 found = 0
                 tokens = requests[k].tokens
@@ -404,16 +422,12 @@ def _settle_again(
             if found > matched[k]:
                 raised.append((k, found - matched[k]))
                 matched[k] = found
-        if before is None:
-            star[key] = (mine, share)
-            earlier[key] = [k]
-        else:
-            earlier[key].append(k)
-            if before[0] == mine:
-                if share > before[1]:
-                    star[key] = (mine, share)
-            elif before[0] != -2:
-                star[key] = (-2, 0)
+        earlier[key].append(k)
+        if before == mine:
+            if share > top[key]:
+                top[key] = share
+        elif before != -2:
+            star[key], top[key] = -2, 0
     again.clear()
     return raised
 

@@ -270,6 +270,32 @@ class Registry:
             aligned_expected,
         )
 
+    def views(
+        self,
+        matches: Sequence[Any],
+        every: Sequence[list[int]],
+        loads: Loads,
+        expected: Sequence[list[int] | None],
+    ) -> list[View]:
+        """``view(match, lengths, loads, None, expected)`` of each request of a batch, in
+        order: the views a policy's ``choose_batch`` decides from, all showing ``loads``.
+        When every worker is up and none reported host pages, a view's lists are the
+        request's own as they are (what ``view`` would make of them), and the views are
+        made without a call each. O(requests) beside ``view``'s O(workers) each."""
+        if not self.dense or self.tree.has_host_pages:
+            view = self.view
+            return [
+                view(m, lengths, loads, None, e)
+                for m, lengths, e in zip(matches, every, expected, strict=True)
+            ]
+        workers, capacities, reported = self.up, self.capacities, self.reported
+        page, (requests, prefill, decode) = self.page_size, loads
+        return [
+            View(workers, lengths, lengths, requests, prefill, decode, capacities, reported,
+                 page, m.prefix_key, e)
+            for m, lengths, e in zip(matches, every, expected, strict=True)
+        ]
+
     def checked(
         self, choice: object, among: Container[int] | None = None
     ) -> tuple[WorkerId, str, Detail]:

@@ -479,6 +479,21 @@ class Router:
             rid = next(self._ids)
         return rid
 
+    def _new_ids(self, count: int, taken: set[str]) -> list[str]:
+        """``count`` new ids of this router's own, none in flight or in ``taken`` (a batch's
+        given ids): what ``count`` calls of ``_request_id(None, taken)`` give, drawn at
+        once. O(count)."""
+        fresh = list(itertools.islice(self._ids, count))
+        flights = self._flights
+        if taken.isdisjoint(fresh) and flights.keys().isdisjoint(fresh):
+            return fresh
+        # A caller's id looks like one of ours: skip those, draw more for them (later
+        # counts), as the calls one by one would have.
+        kept = [rid for rid in fresh if rid not in flights and rid not in taken]
+        while len(kept) < count:
+            kept.append(self._request_id(None, taken))
+        return kept
+
     def _commit(self, decision: Decision, match: Any, raw: int) -> None:
         """Apply a decided request (nothing here raises): mark its pages for its worker
         from its match's walk (exact mode: a hold, released at its end; approximate: an
@@ -498,24 +513,38 @@ class Router:
         if self._registry.bounded:
             self._estimate.enter(decision, raw)
 
-    def _commit_batch(self, decisions: list[Decision], matches: list[Any]) -> None:
-        """``_commit`` of each decision of a batch with its match, in order (one loop with
-        the registry's lists at hand: a large batch commits 100,000 requests at once)."""
+    def _commit_batch(
+        self,
+        requests: list[Request],
+        matches: list[Any],
+        plan: batch.Plan,
+        started: float,
+    ) -> list[Decision]:
+        """Each request of a decided batch made a decision and given ``_commit``, in order
+        (one loop with the registry's lists at hand: a large batch commits 100,000
+        requests at once). Returns the decisions."""
         registry, flights, exact = self._registry, self._flights, self._exact
-        requests, prefill = registry.requests, registry.prefill
+        counts, prefill = registry.requests, registry.prefill
         estimate = self._estimate if registry.bounded else None
-        for decision, match in zip(decisions, matches, strict=True):
-            worker = decision.worker
+        decisions = []
+        planned, views, matched_of = plan
+        for request, match, (worker, label, detail), view, matched in zip(
+            requests, matches, planned, views, matched_of, strict=True
+        ):
+            rid = request.request_id
+            decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
             if exact:
                 decision._hold = match.hold(worker)
             else:
                 match.insert(worker)
             i = worker.index
-            requests[i] += 1
-            prefill[i] += len(decision._request.tokens) - decision.matched
-            flights[decision.request_id] = decision
+            counts[i] += 1
+            prefill[i] += len(request.tokens) - matched
+            flights[rid] = decision
             if estimate is not None:
                 estimate.enter(decision, match.length_of(worker))
+            decisions.append(decision)
+        return decisions
 
     # -- batches -------------------------------------------------------------------------
     def dispatch_batch(self, requests: Sequence[object]) -> list[Decision]:
@@ -589,34 +618,28 @@ class Router:
                 else tree.match(key, extras=extras, namespace=ns, cursor=True)
                 for key, _, ns, extras, _, _ in items
             ]
-            requests_ = []
-            for key, rid, ns, extras, group, expected in items:
-                if rid is None:  # an id of the router's own, none of the batch's given ones
-                    rid = self._request_id(None, ids)
-                requests_.append(Request(rid, key, ns, extras, group, expected))
+            # Ids of the router's own for the items without one, none of the given ones.
+            fresh = iter(self._new_ids(sum(item[1] is None for item in items), ids))
+            requests_ = [
+                Request(next(fresh) if rid is None else rid, key, ns, extras, group, expected)
+                for key, rid, ns, extras, group, expected in items
+            ]
             groups = batch.groups_of(items, self.page_size, self.group_ratio)
             # Decide: the plan (choices and what each request finds on its worker), the
             # clock, the hooks. The router's own state is untouched until the commit.
             held = batch.expected_of(registry, self._estimate, requests_, matches)
             if self._choose_batch is not None:
-                planned, matched_of = batch.by_policy(
+                plan = batch.by_policy(
                     registry, self._choose_batch, requests_, matches, groups, held
                 )
             else:
-                planned, matched_of = batch.by_groups(
+                plan = batch.by_groups(
                     registry, self._choose, self.group_slack, requests_, matches, groups, held
                 )
             started = self._now()  # the batch is decided at one time
-            self._tell_dispatched(requests_, planned, matched_of)
+            self._tell_dispatched(requests_, plan[0], plan[2])
             # Commit: nothing below raises.
-            decisions = [
-                Decision(r.request_id, worker, matched, label, detail, view, r, None, started)
-                for r, (worker, label, detail, view), matched in zip(
-                    requests_, planned, matched_of, strict=True
-                )
-            ]
-            self._commit_batch(decisions, matches)
-            return decisions
+            return self._commit_batch(requests_, matches, plan, started)
 
     def _tell_dispatched(
         self, requests: list[Request], planned: list[batch.Planned], matched: list[int]
