@@ -298,6 +298,7 @@ class DefaultPolicy:
         "_outputs",
         "_prefill",
         "_priced",
+        "_rate",
         "_times",
         "_token_time",
         "_turn",
@@ -336,8 +337,12 @@ class DefaultPolicy:
         self._extra = ReportedExtra()
         # Per worker in flight, [prefill seconds, uncached tokens, requests] of its requests, and
         # per request what it added: the queue's rate is the worker's own mix.
-        self._priced: dict[WorkerId, list[float]] = {}
+        # Both keyed by WorkerId.index: hashing the frozen WorkerId costs more than the
+        # scan (a removed worker's requests are told on_finish, which empties its entry).
+        self._priced: dict[int, list[float]] = {}
         self._flights: dict[str, tuple[WorkerId, float, int]] = {}
+        # The ratio of the sums, per worker with a positive one: choose reads only this.
+        self._rate: dict[int, float] = {}
 
     def __repr__(self) -> str:
         decode = "" if self._decode_name is None else f", decode={self._decode_name!r}"
@@ -395,6 +400,7 @@ class DefaultPolicy:
             turn, outputs = self._turn, self._outputs[:]
             flights = self._flights.copy()
             priced = {w: entry[:] for w, entry in self._priced.items()}
+            rate = self._rate.copy()
             try:
                 # Each decision is priced as on_dispatch would price it, so the next
                 # request sees the rates single dispatches would show it; the router
@@ -406,7 +412,7 @@ class DefaultPolicy:
                 self._turn, self._outputs[:] = turn, outputs
                 raise
             finally:
-                self._flights, self._priced = flights, priced
+                self._flights, self._priced, self._rate = flights, priced, rate
             if decided is not None:
                 return cast(list[Choice], decided)
         return self._packed(requests, views, groups)
@@ -698,20 +704,28 @@ class DefaultPolicy:
         """Count the request's prefill, ``T(L - matched, L)`` seconds for its ``L - matched``
         uncached tokens, in its worker's rate until it finishes. O(1)."""
         size = len(request.tokens)
+        times = self._times
         key = size << 32 | matched
-        seconds = self._times.get(key)
+        seconds = times.get(key)
         if seconds is None:
-            seconds = self._times[key] = self._prefill(size - matched, size)
+            seconds = times[key] = self._prefill(size - matched, size)
         rid = request.request_id
-        if rid in self._flights:  # told twice: the later decision is the one in flight
+        flights = self._flights
+        if rid in flights:  # told twice: the later decision is the one in flight
             self.on_finish(request, worker)
-        entry = self._priced.get(worker)
+        slot = worker.index
+        entry = self._priced.get(slot)
         if entry is None:
-            entry = self._priced[worker] = [0.0, 0.0, 0.0]
-        entry[0] += seconds
-        entry[1] += size - matched
+            entry = self._priced[slot] = [0.0, 0.0, 0.0]
+        tokens = size - matched
+        total = entry[0] = entry[0] + seconds
+        count = entry[1] = entry[1] + tokens
         entry[2] += 1.0
-        self._flights[rid] = (worker, seconds, size - matched)
+        flights[rid] = (worker, seconds, tokens)
+        if total > 0.0 and count > 0.0:
+            self._rate[slot] = total / count
+        else:
+            self._rate.pop(slot, None)
 
     def on_finish(self, request: Request, worker: WorkerId) -> None:
         """Take the request's prefill out of its worker's rate (a request never told is
@@ -720,32 +734,33 @@ class DefaultPolicy:
         if flight is None:
             return
         where, seconds, tokens = flight
-        entry = self._priced.get(where)
+        slot = where.index
+        entry = self._priced.get(slot)
         if entry is None:
             return
         entry[2] -= 1.0
         if entry[2] <= 0.0:
             # The worker is idle: drop it rather than keep a sum's rounding residue.
-            del self._priced[where]
+            del self._priced[slot]
+            self._rate.pop(slot, None)
         else:
-            entry[0] -= seconds
-            entry[1] -= tokens
+            total = entry[0] = entry[0] - seconds
+            count = entry[1] = entry[1] - tokens
+            # While a sum is not positive (fully cached requests) a chunk's rate stands.
+            if total > 0.0 and count > 0.0:
+                self._rate[slot] = total / count
+            else:
+                self._rate.pop(slot, None)
 
     def _rates(self, workers: Sequence[WorkerId]) -> list[float]:
         """Per worker, the seconds a queued uncached token is priced at: its requests' in
         flight mean, or a 512-token chunk's rate while it has none."""
         token_time = self._token_time
-        priced = self._priced
-        if not priced:
+        rate = self._rate
+        if not rate:
             return [token_time] * len(workers)
-        out = []
-        for w in workers:
-            entry = priced.get(w)
-            if entry is None or entry[1] <= 0.0 or entry[0] <= 0.0:
-                out.append(token_time)
-            else:
-                out.append(entry[0] / entry[1])
-        return out
+        get = rate.get
+        return [get(w.index, token_time) for w in workers]
 
     def _loaded(
         self,
