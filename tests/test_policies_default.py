@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from policy_cases import detail, index_of, reason, request, view, with_
 
 from radixmeta.policies import DefaultPolicy, Policy, create
+from radixmeta.policies.base import EngineLoad, worker_of
 from radixmeta.policies.costs import mistral_7b_a6000_prefill as prefill
 
 PREFIX, TAIL = 2000, 100
@@ -202,3 +203,46 @@ def test_the_lean_scan_decides_as_the_general_one(data: st.DataObject) -> None:
     a, b = lean.choose(request(size), shared), general.choose(request(size), apart)
     assert a.worker == b.worker and a.reason == b.reason
     assert str(a.detail) == str(b.detail)  # NaN-safe equality of the numbers
+
+
+@pytest.mark.parametrize("reports", [False, True])
+def test_a_queue_is_priced_at_its_workers_own_rate(reports: bool) -> None:
+    # Both workers queue 2,000 uncached tokens; worker 0's are the tail of a 30,000-token
+    # context, worker 1's a fresh 2,000-token prompt. Prefill cost grows with the context,
+    # so worker 0 is the busier one, though a chunk's rate prices both queues alike.
+    policy = create("default")
+    long, short = request(30_000, "long"), request(2_000, "short")
+    reported = [EngineLoad(queue_length=0), EngineLoad(queue_length=0)] if reports else None
+    v = view([0, 0], requests=[1, 1], prefill=[2_000, 2_000], reported=reported)
+    policy.on_dispatch(long, v.workers[0], 28_000)
+    policy.on_dispatch(short, v.workers[1], 0)
+    rates = [prefill(2_000, 30_000) / 2_000, prefill(2_000, 2_000) / 2_000]
+    assert rates[0] > rates[1]
+    choice = policy.choose(request(500, "next"), v)  # worker 0 is first in the rotation
+    assert index_of(v, choice) == 1
+    slow = 1 + 1 / 512
+    assert detail(choice)["ttft"] == pytest.approx(
+        slow * (rates[1] * 2_000 + prefill(500, 500))
+    )
+    # Once both finish, neither worker has a rate of its own: a chunk's rate prices both
+    # queues alike again and the first of the rotation (0, after one turn more) keeps the tie.
+    policy.on_finish(long, v.workers[0])
+    policy.on_finish(short, v.workers[1])
+    policy.on_finish(short, v.workers[1])  # a request told twice is ignored the second time
+    policy.choose(request(500, "turn"), view([0, 0]))
+    token_time = prefill(512, 512) / 512
+    again = policy.choose(request(500, "later"), v)
+    assert index_of(v, again) == 0
+    assert detail(again)["ttft"] == pytest.approx(
+        slow * (token_time * 2_000 + prefill(500, 500))
+    )
+
+
+def test_rank_and_choose_read_the_same_rates() -> None:
+    policy = create("default")
+    v = view([0, 0, 0], requests=[1, 1, 0], prefill=[3_000, 3_000, 3_000])
+    policy.on_dispatch(request(40_000, "a"), v.workers[0], 37_000)
+    policy.on_dispatch(request(3_000, "b"), v.workers[1], 0)
+    ranked = policy.rank(request(800, "c"), v)
+    assert ranked[-1] == v.workers[0]  # the long-context queue is the dearest
+    assert ranked[0] == worker_of(policy.choose(request(800, "c"), v))

@@ -72,6 +72,7 @@ def decide_in_order(
     requests: Sequence[Request],
     views: Sequence[View],
     groups: Sequence[tuple[Sequence[int], int]],
+    dispatched: Callable[[Request, WorkerId, int], None] | None = None,
 ) -> list[WorkerId | Choice] | None:
     """Decide a batch request by request with ``choose``, each seeing the earlier ones.
 
@@ -82,6 +83,10 @@ def decide_in_order(
     requests, views, groups
         As ``BatchPolicy.choose_batch`` is given them: the views all show the loads
         before the batch, and the groups are the router's (with partners).
+    dispatched : callable, optional
+        Told ``(request, worker, matched)`` after each decision, as the router tells a
+        policy's ``on_dispatch`` after a single dispatch, for a policy whose state
+        moves with its decisions (the caller restores it after the batch).
 
     Returns
     -------
@@ -172,6 +177,8 @@ def decide_in_order(
             msg = f"the policy chose {choice!r}, which is not one of its view's workers"
             raise PolicyError(msg)
         found = (lengths if expected is None else expected)[w]
+        if dispatched is not None:
+            dispatched(request, workers[w], found)
         loads[w] += 1
         prefill[w] += size - found
         for owner, _, end in path:

@@ -8,7 +8,8 @@ The design and its reasoning are in :doc:`/routing`; in short, per worker:
 - ``own``: the prefill time of this request's uncached tokens there (host-held
   tokens count as ``host_weight`` of a hit);
 - ``wait``: the time to prefill the uncached tokens already queued there, at the
-  model's rate for a 512-token chunk;
+  worker's own rate: the prefill seconds per uncached token of the requests in
+  flight there (a 512-token chunk's rate while it has none);
 - ``slow = 1 + requests / 512``: each in-flight request adds a token to every
   prefill chunk of the worker;
 - ``score = slow * (wait + (1 + work_weight) * own)``.
@@ -228,7 +229,9 @@ class DefaultPolicy:
 
     - ``own_i = T(L - host_i, L) + (1 - host_weight) * (T(L - lengths_i, L) - T(L - host_i, L))``
       (the whole miss when nothing is on the host);
-    - ``wait_i = prefill_tokens_i * T(512, 512) / 512``;
+    - ``wait_i = prefill_tokens_i * rate_i``, with ``rate_i`` the sum of
+      ``T(L - matched, L)`` over the requests in flight on ``i`` over the sum of
+      their ``L - matched`` (``T(512, 512) / 512`` while none is);
     - ``slow_i = 1 + requests_i / 512``;
     - ``score_i = slow_i * (wait_i + (1 + work_weight) * own_i)``.
 
@@ -236,8 +239,11 @@ class DefaultPolicy:
     ``i``; the extra ``work_weight * own_i`` charges the choice for the time its
     prefill takes from the requests that will queue behind it, which keeps a short
     queue on the prefix holder from losing to an idle worker that would recompute
-    the prefix. Workers whose KV capacity (when known) cannot take the request on
-    top of the tokens in flight are only chosen if none can. Ties go to the fewest
+    the prefix. The queue is priced at its worker's own rate because prefill cost
+    grows faster than linearly with the context: a worker serving long-context
+    sessions is busier than its queued tokens at a short chunk's rate say. Workers
+    whose KV capacity (when known) cannot take the request on top of the tokens in
+    flight are only chosen if none can. Ties go to the fewest
     tokens in flight, then to the next worker in a rotation, so new prefix groups
     spread over idle workers instead of piling on the first.
 
@@ -263,7 +269,8 @@ class DefaultPolicy:
     Notes
     -----
     Complexity: O(workers) per ``choose``, with at most two prefill-model calls
-    per distinct match length.
+    per distinct match length; O(1) per ``on_dispatch`` (one prefill-model call at
+    most) and ``on_finish``.
 
     Batches: a batch (``Router.dispatch_batch``) small enough to be decided request
     by request within :data:`IN_ORDER_BUDGET` is, by ``choose`` itself, each request
@@ -288,11 +295,14 @@ class DefaultPolicy:
         "_decode",
         "_decode_name",
         "_extra",
+        "_flights",
         "_least_capacity",
         "_model_name",
         "_orders",
         "_outputs",
         "_prefill",
+        "_priced",
+        "_rate",
         "_times",
         "_token_time",
         "_turn",
@@ -329,6 +339,14 @@ class DefaultPolicy:
         self._capacities: object = None
         self._least_capacity: int | None = None
         self._extra = ReportedExtra()
+        # Per worker in flight, [prefill seconds, uncached tokens, requests] of its requests, and
+        # per request what it added: the queue's rate is the worker's own mix.
+        # Both keyed by WorkerId.index: hashing the frozen WorkerId costs more than the
+        # scan (a removed worker's requests are told on_finish, which empties its entry).
+        self._priced: dict[int, list[float]] = {}
+        self._flights: dict[str, tuple[WorkerId, float, int]] = {}
+        # The ratio of the sums, per worker with a positive one: choose reads only this.
+        self._rate: dict[int, float] = {}
 
     def __repr__(self) -> str:
         decode = "" if self._decode_name is None else f", decode={self._decode_name!r}"
@@ -384,13 +402,21 @@ class DefaultPolicy:
         fixed, per_worker = IN_ORDER_COST
         if len(requests) * (fixed + n * per_worker) <= IN_ORDER_BUDGET:
             turn, outputs = self._turn, self._outputs[:]
+            flights = self._flights.copy()
+            priced = {w: entry[:] for w, entry in self._priced.items()}
+            rate = self._rate.copy()
             try:
-                decided = decide_in_order(self.choose, requests, views, groups)
+                # Each decision is priced as on_dispatch would price it, so the next
+                # request sees the rates single dispatches would show it; the router
+                # tells on_dispatch of the whole batch afterwards, so the rates go back.
+                decided = decide_in_order(self.choose, requests, views, groups, self.on_dispatch)
             except BaseException:
                 # A batch that raises changes nothing: choose moved the rotation and
                 # counted outputs for the requests before the one that raised.
                 self._turn, self._outputs[:] = turn, outputs
                 raise
+            finally:
+                self._flights, self._priced, self._rate = flights, priced, rate
             if decided is not None:
                 return cast(list[Choice], decided)
         return self._packed(requests, views, groups)
@@ -552,7 +578,7 @@ class DefaultPolicy:
             rest = orders[turn]
         else:
             rest = (*range(turn + 1, n), *range(turn))
-        token_time = self._token_time
+        rates = self._rates(workers)
         times = self._times
         if len(times) > _TIMES_KEPT:
             times.clear()
@@ -593,14 +619,14 @@ class DefaultPolicy:
             if best_own is None:
                 best_own = times[base | matched] = prefill(size - matched, size)
             best_score = (1.0 + requests[best] / CHUNK_TOKENS) * (
-                token_time * queued[best] + weight * best_own
+                rates[best] * queued[best] + weight * best_own
             )
             for i in rest:
                 matched = lengths[i]
                 own = times.get(base | matched)
                 if own is None:
                     own = times[base | matched] = prefill(size - matched, size)
-                score = (1.0 + requests[i] / CHUNK_TOKENS) * (token_time * queued[i] + weight * own)
+                score = (1.0 + requests[i] / CHUNK_TOKENS) * (rates[i] * queued[i] + weight * own)
                 if score < best_score or (
                     score == best_score
                     and queued[i] + decoding[i] < queued[best] + decoding[best]
@@ -609,11 +635,12 @@ class DefaultPolicy:
         elif loaded:
             best, best_own, best_wait = self._loaded(
                 (turn, *rest), size, expected, host, queued, decoding, requests, capacities,
-                extra, behind, reported, output,
+                extra, behind, reported, output, rates,
             )
         else:
             best, best_own = self._general(
-                (turn, *rest), size, lengths, host, queued, decoding, requests, capacities
+                (turn, *rest), size, lengths, host, queued, decoding, requests, capacities,
+                rates,
             )
 
         top = max(host)
@@ -628,7 +655,7 @@ class DefaultPolicy:
             ttft = best_wait + (1.0 + requests[best] / CHUNK_TOKENS) * best_own
         else:
             slow = 1.0 + requests[best] / CHUNK_TOKENS
-            ttft = slow * (token_time * queued[best] + best_own)
+            ttft = slow * (rates[best] * queued[best] + best_own)
         detail = (
             ("ttft", ttft),
             ("prefill", best_own),
@@ -664,19 +691,20 @@ class DefaultPolicy:
             behind = _behind(reported, view.requests)
             expected = view.lengths if view.expected is None else view.expected
             loaded = extra is not None or behind is not None or expected is not view.lengths
+            rates = self._rates(workers)
             ranked: list[int] = []
             while order:
                 if loaded:
                     best = self._loaded(
                         tuple(order), size, expected, view.host_lengths, view.prefill_tokens,
                         view.decode_tokens, view.requests, view.capacities, extra, behind,
-                        reported, output,
+                        reported, output, rates,
                     )[0]
                 else:
                     best = self._general(
                         tuple(order), size, view.lengths, view.host_lengths,
                         view.prefill_tokens, view.decode_tokens, view.requests,
-                        view.capacities,
+                        view.capacities, rates,
                     )[0]
                 ranked.append(best)
                 order.remove(best)
@@ -685,6 +713,68 @@ class DefaultPolicy:
                 seen[0] -= 1
                 seen[1] -= output
         return [workers[i] for i in ranked]
+
+    def on_dispatch(self, request: Request, worker: WorkerId, matched: int) -> None:
+        """Count the request's prefill, ``T(L - matched, L)`` seconds for its ``L - matched``
+        uncached tokens, in its worker's rate until it finishes. O(1)."""
+        size = len(request.tokens)
+        times = self._times
+        key = size << 32 | matched
+        seconds = times.get(key)
+        if seconds is None:
+            seconds = times[key] = self._prefill(size - matched, size)
+        rid = request.request_id
+        flights = self._flights
+        if rid in flights:  # told twice: the later decision is the one in flight
+            self.on_finish(request, worker)
+        slot = worker.index
+        entry = self._priced.get(slot)
+        if entry is None:
+            entry = self._priced[slot] = [0.0, 0.0, 0.0]
+        tokens = size - matched
+        total = entry[0] = entry[0] + seconds
+        count = entry[1] = entry[1] + tokens
+        entry[2] += 1.0
+        flights[rid] = (worker, seconds, tokens)
+        if total > 0.0 and count > 0.0:
+            self._rate[slot] = total / count
+        else:
+            self._rate.pop(slot, None)
+
+    def on_finish(self, request: Request, worker: WorkerId) -> None:
+        """Take the request's prefill out of its worker's rate (a request never told is
+        ignored). O(1)."""
+        flight = self._flights.pop(request.request_id, None)
+        if flight is None:
+            return
+        where, seconds, tokens = flight
+        slot = where.index
+        entry = self._priced.get(slot)
+        if entry is None:
+            return
+        entry[2] -= 1.0
+        if entry[2] <= 0.0:
+            # The worker is idle: drop it rather than keep a sum's rounding residue.
+            del self._priced[slot]
+            self._rate.pop(slot, None)
+        else:
+            total = entry[0] = entry[0] - seconds
+            count = entry[1] = entry[1] - tokens
+            # While a sum is not positive (fully cached requests) a chunk's rate stands.
+            if total > 0.0 and count > 0.0:
+                self._rate[slot] = total / count
+            else:
+                self._rate.pop(slot, None)
+
+    def _rates(self, workers: Sequence[WorkerId]) -> list[float]:
+        """Per worker, the seconds a queued uncached token is priced at: its requests' in
+        flight mean, or a 512-token chunk's rate while it has none."""
+        token_time = self._token_time
+        rate = self._rate
+        if not rate:
+            return [token_time] * len(workers)
+        get = rate.get
+        return [get(w.index, token_time) for w in workers]
 
     def _loaded(
         self,
@@ -700,6 +790,7 @@ class DefaultPolicy:
         behind: float | None,
         reported: list[EngineLoad | None],
         output: int | None,
+        rates: list[float],
     ) -> tuple[int, float, float]:
         """``choose``'s scan with what the engines reported and the router expects:
         (best index, its own prefill time, its wait in seconds).
@@ -712,7 +803,6 @@ class DefaultPolicy:
         prefill = self._prefill
         work_weight = self.work_weight
         host_weight = self.host_weight
-        token_time = self._token_time
         times = self._times
         base = size << 32
         in_flight_requests = sum(requests)
@@ -747,7 +837,7 @@ class DefaultPolicy:
                 load += extra[i]
                 tokens += extra[i] * unit
             slow = 1.0 + load / CHUNK_TOKENS
-            wait = slow * token_time * tokens
+            wait = slow * rates[i] * tokens
             capacity = capacities[i]
             if capacity is not None and self._decode is not None:
                 wait += self._memory_wait(
@@ -835,12 +925,12 @@ class DefaultPolicy:
         decoding: list[int],
         requests: list[int],
         capacities: list[int | None],
+        rates: list[float],
     ) -> tuple[int, float]:
         """``choose``'s scan with host-held pages and capacities: (best index, its own time)."""
         prefill = self._prefill
         weight = 1.0 + self.work_weight
         host_weight = self.host_weight
-        token_time = self._token_time
         times = self._times
         base = size << 32
         best = -1
@@ -864,7 +954,7 @@ class DefaultPolicy:
             in_flight = queued[i] + decoding[i]
             capacity = capacities[i]
             fits = capacity is None or in_flight + size - matched <= capacity
-            score = (1.0 + requests[i] / CHUNK_TOKENS) * (token_time * queued[i] + weight * own)
+            score = (1.0 + requests[i] / CHUNK_TOKENS) * (rates[i] * queued[i] + weight * own)
             if (
                 best < 0
                 or (fits and not best_fits)
