@@ -657,6 +657,9 @@ def test_prefix_groups_hand_out_bare_tuples_over_the_batch_lists() -> None:
     )
     with pytest.raises(InvalidInputError):
         PrefixGroup([4, 6], 2, [1], [3, 2], [5, 1])
+    for members in ([-3], [1.5], [True]):  # not batch indices
+        with pytest.raises(InvalidInputError, match="batch indices"):
+            PrefixGroup(members, 0, [-1], [0], [1])  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(NATIVE is None, reason="the native core is not built")

@@ -160,9 +160,9 @@ class Estimate:
             lengths, view.capacities, view.prefill_tokens, self.page_size, protected
         )
 
-    def enter(self, decision: Decision, raw: int) -> None:
-        """Hold a committed request's prompt on its worker until it ends (``raw``, what
-        its worker's match was, is not needed: the prompt covers every prefix of it)."""
+    def enter(self, decision: Decision) -> None:
+        """Hold a committed request's prompt on its worker until it ends (the prompt
+        covers every prefix of it that a later request may match)."""
         request = decision._request
         decision._inflight = self.inflight.enter(
             decision.worker, request.tokens, request.namespace, request.extras

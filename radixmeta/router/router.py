@@ -452,7 +452,7 @@ class Router:
             # The ranking first: a policy's rank leaves its state as choose finds it.
             order = ranking_of(self._rank, request, view) if ranked else None
             worker, label, detail = registry.checked(self._choose(request, view))
-            raw = matched = every[worker.index]
+            matched = every[worker.index]
             expected = view.expected
             if expected is not None and expected is not view.lengths:
                 matched = expected[registry.position[worker.index]]
@@ -463,7 +463,7 @@ class Router:
             decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
             if order is not None:
                 decision._ranking = chosen_first(order, worker)
-            self._commit(decision, m, raw)
+            self._commit(decision, m)
             return decision
 
     def _request_id(self, given: str | None, taken: set[str] | None = None) -> str:
@@ -494,11 +494,11 @@ class Router:
             kept.append(self._request_id(None, taken))
         return kept
 
-    def _commit(self, decision: Decision, match: Any, raw: int) -> None:
+    def _commit(self, decision: Decision, match: Any) -> None:
         """Apply a decided request (nothing here raises): mark its pages for its worker
         from its match's walk (exact mode: a hold, released at its end; approximate: an
         insert into the router's model), count its load, and put it in flight (and, when
-        the router estimates, its prefixes: ``raw`` is what its worker's match was)."""
+        the router estimates, hold its prompt in the estimate's in-flight tree)."""
         worker = decision.worker
         if self._exact:
             decision._hold = match.hold(worker)
@@ -511,7 +511,7 @@ class Router:
         # removal); until then metrics() reads it from the flights.
         self._flights[decision.request_id] = decision
         if self._registry.bounded:
-            self._estimate.enter(decision, raw)
+            self._estimate.enter(decision)
 
     def _commit_batch(
         self,
@@ -520,12 +520,8 @@ class Router:
         plan: batch.Plan,
         started: float,
     ) -> list[Decision]:
-        """Each request of a decided batch made a decision and given ``_commit``, in order
-        (one loop with the registry's lists at hand: a large batch commits 100,000
-        requests at once). Returns the decisions."""
-        registry, flights, exact = self._registry, self._flights, self._exact
-        counts, prefill = registry.requests, registry.prefill
-        estimate = self._estimate if registry.bounded else None
+        """Each request of a decided batch made a decision and committed, in order, as
+        ``dispatch`` commits one (nothing here raises). Returns the decisions."""
         decisions = []
         planned, views, matched_of = plan
         for request, match, (worker, label, detail), view, matched in zip(
@@ -533,16 +529,7 @@ class Router:
         ):
             rid = request.request_id
             decision = Decision(rid, worker, matched, label, detail, view, request, None, started)
-            if exact:
-                decision._hold = match.hold(worker)
-            else:
-                match.insert(worker)
-            i = worker.index
-            counts[i] += 1
-            prefill[i] += len(request.tokens) - matched
-            flights[rid] = decision
-            if estimate is not None:
-                estimate.enter(decision, match.length_of(worker))
+            self._commit(decision, match)
             decisions.append(decision)
         return decisions
 
