@@ -9,8 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from radixmeta import WorkerId
+import numpy as np
+
+from radixmeta import Router, WorkerId
 from radixmeta.policies.base import Choice, Request, View
+
+
+def load_fleet(router: Router, workers: Sequence[WorkerId], case: dict[str, Any]) -> None:
+    """Put a generated case's fleet state on ``router``: its requests in flight (some past
+    prefill), pages held, round robin over ``workers``, and engine reports."""
+    for k, (key, decoding) in enumerate(case["in_flight"]):
+        d = router.dispatch(np.array(key, dtype=np.uint32), expected_output=k)
+        if decoding:
+            router.prefill_done(d.request_id)
+    for k, key in enumerate(case["held"]):
+        router.tree.insert(np.array(key, dtype=np.uint32), workers[k % len(workers)])
+    for k, (queue, usage) in enumerate(case["reports"]):
+        router.report_load(workers[k % len(workers)], queue_length=queue, kv_usage=usage)
 
 
 class First:

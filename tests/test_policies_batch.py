@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _policies import load_fleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -257,14 +258,7 @@ def test_default_batch_shortcuts_decide_exactly_as_the_general_code(case: dict[s
     workers = [
         router.add_worker(f"w{i}", capacity=case["capacity"]) for i in range(case["workers"])
     ]
-    for k, (key, decoding) in enumerate(case["in_flight"]):
-        d = router.dispatch(np.array(key, dtype=np.uint32), expected_output=k)
-        if decoding:
-            router.prefill_done(d.request_id)
-    for k, key in enumerate(case["held"]):
-        router.tree.insert(np.array(key, dtype=np.uint32), workers[k % len(workers)])
-    for k, (queue, usage) in enumerate(case["reports"]):
-        router.report_load(workers[k % len(workers)], queue_length=queue, kv_usage=usage)
+    load_fleet(router, workers, case)
     seen: list[tuple[Any, Any, Any]] = []
 
     class Spy:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _policies import load_fleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,14 +56,7 @@ def twin(case: dict[str, Any]) -> Router:
     # Approximate mode needs a capacity; one this large never cuts an expected length.
     capacity = 1 << 40 if case["mode"] == "approximate" else None
     workers = [router.add_worker(f"w{i}", capacity=capacity) for i in range(case["workers"])]
-    for k, (key, decoding) in enumerate(case["in_flight"]):
-        d = router.dispatch(np.array(key, dtype=np.uint32), expected_output=k)
-        if decoding:
-            router.prefill_done(d.request_id)
-    for k, key in enumerate(case["held"]):
-        router.tree.insert(np.array(key, dtype=np.uint32), workers[k % len(workers)])
-    for k, (queue, usage) in enumerate(case["reports"]):
-        router.report_load(workers[k % len(workers)], queue_length=queue, kv_usage=usage)
+    load_fleet(router, workers, case)
     if case.get("down") and len(workers) > 1:
         router.mark_down(workers[0])
     return router
