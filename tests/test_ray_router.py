@@ -396,14 +396,16 @@ def test_standin_publishes_engine_formats_and_rejects_unknown_ones() -> None:
         context.term()
 
 
-def test_a_replica_whose_stats_give_another_capacity_is_registered_again() -> None:
-    asyncio.run(asyncio.wait_for(_registered_again(), 60))
+def test_a_replica_whose_stats_give_another_capacity_is_resized_in_place() -> None:
+    asyncio.run(asyncio.wait_for(_resized_in_place(), 60))
 
 
-async def _registered_again() -> None:
+async def _resized_in_place() -> None:
     """The first update often lists a replica before its first routing stats: it gets
     the router's default capacity, which must not stay its bound once it reports its own
-    (the model would keep what the replica evicted, and requests would herd onto it)."""
+    (the model would keep what the replica evicted, and requests would herd onto it).
+    The new capacity applies in place: the worker, its requests in flight and the pages
+    that still fit stay; the least recent pages over it go."""
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
 
     deployment = DeploymentID("standin", "unit")
@@ -418,23 +420,42 @@ async def _registered_again() -> None:
     router.update_replicas(replicas)  # type: ignore[arg-type]
     assert capacities() == [100_000, 100_000]
     first = router._workers[replicas[0].replica_id]
-    tokens = list(prefix(1).encode())
+    tree = router.router.tree
+    old, tokens = list(prefix(1).encode()), list(prefix(2).encode())
+    second = router._workers[replicas[1].replica_id]
+    router.router.mark_down(second)  # both requests go to the first replica
+    router.router.dispatch(old, request_id="old")  # the least recent pages
     router.router.dispatch(tokens, request_id="held")
+    router.router.mark_up(second)
+    router.router.finish("old")
+    before = router.router.load(first)
+    assert tree.held_tokens(first) > 2048
     replicas[0].routing_stats = {"kv_capacity": 2048}
     router.update_replicas(replicas)  # type: ignore[arg-type]
     assert capacities() == [2048, 100_000]
     assert router.counts["resized"] == 1
-    again = router._workers[replicas[0].replica_id]
-    assert again is not first and router.worker_of(replicas[0].replica_id) is again
-    assert router.router.tree.capacity_of(again) == 2048
+    assert router._workers[replicas[0].replica_id] is first  # the same worker
+    assert tree.capacity_of(first) == 2048 and tree.held_tokens(first) <= 2048
+    after = router.router.load(first)
+    assert (after.requests, after.prefill_tokens) == (before.requests, before.prefill_tokens)
+    assert after.requests == 1 and router.router.in_flight == 1
+    # The trim took the least recent prefix; of the newer one, its first pages stay.
+    assert tree.match(old).length_of(first) == 0
+    assert tree.match(tokens).length_of(first) > 0
     # The same stats, stats without the key, or a malformed value change nothing more.
-    for stats in ({"kv_capacity": 2048}, {}, {"kv_capacity": "lots"}, {"kv_capacity": -1}):
+    bad = [{"kv_capacity": 2048}, {}, {"kv_capacity": "lots"}, {"kv_capacity": -1}]
+    for stats in [*bad, {"kv_capacity": 2**63}]:
         replicas[0].routing_stats = stats
         router.update_replicas(replicas)  # type: ignore[arg-type]
         assert capacities() == [2048, 100_000]
-        assert router._workers[replicas[0].replica_id] is again
+        assert router._workers[replicas[0].replica_id] is first
     assert router.counts["resized"] == 1
     assert router.counts["bad_stats"] == 0
-    # Routing goes on over the re-registered worker.
+    # A larger capacity keeps every page; routing goes on over the same worker.
+    kept = tree.held_tokens(first)
+    replicas[0].routing_stats = {"kv_capacity": 200_000}
+    router.update_replicas(replicas)  # type: ignore[arg-type]
+    assert tree.held_tokens(first) == kept and router.counts["resized"] == 2
+    router.router.finish("held")
     decision = router.router.dispatch(tokens, request_id="after")
     assert decision.worker in router.router.workers
