@@ -119,25 +119,82 @@ def wait_for(condition: Any, timeout: float = 30.0, what: str = "condition") -> 
         time.sleep(0.05)
 
 
+#: Serve's proxy sets SO_REUSEPORT unless told not to: two suites on one host whose proxies
+#: got the same port would then share it silently, each answering some of the other's
+#: requests. Without it, a port taken between the probe and Serve's bind is refused.
+NO_REUSEPORT = {"SERVE_SOCKET_REUSE_PORT_ENABLED": "0"}
+START_ATTEMPTS = 5
+
+
+def start_serve() -> int:
+    """Start Serve's HTTP proxy on a free loopback port; returns the port.
+
+    The port is probed free, then bound by the proxy a moment later: when another
+    process took it in between, ``serve.start`` fails with "Failed to bind" (the proxy
+    does not share ports: :data:`NO_REUSEPORT`) and another port is tried, a few times
+    at most. The common case costs one start, as before.
+    """
+    for _ in range(START_ATTEMPTS):
+        port = free_port_block(1)
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+        except Exception as exc:  # a RayTaskError wrapping the proxy's RuntimeError
+            if "Failed to bind" not in str(exc):
+                raise
+            serve.shutdown()
+            continue
+        return port
+    pytest.fail(f"Serve's proxy found no free port in {START_ATTEMPTS} attempts")
+
+
 @pytest.fixture(scope="module")
 def http_port() -> Iterator[int]:
-    port = free_port_block(1)
-    env = {"PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
+    env = {"PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1", **NO_REUSEPORT}
     if "RADIXMETA_IMPLEMENTATION" in os.environ:
         env["RADIXMETA_IMPLEMENTATION"] = os.environ["RADIXMETA_IMPLEMENTATION"]
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": env},
-    )
+    saved = {k: os.environ.get(k) for k in NO_REUSEPORT}
+    os.environ.update(NO_REUSEPORT)  # the raylet and the workers it starts inherit it
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        yield port
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": env},
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        yield start_serve()
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def test_serve_refuses_a_taken_port_and_start_serve_moves_on(
+    http_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port race, forced: the probe hands out a port that another socket, sharing
+    ports itself, holds; Serve's proxy must refuse it (else it would share it), and
+    ``start_serve`` take the next, here the module's own port again."""
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    ports = iter([holder.getsockname()[1], http_port])
+    monkeypatch.setattr(sys.modules[__name__], "free_port_block", lambda n: next(ports))
+    try:
+        serve.shutdown()  # the module's Serve: started again below, on its port
+        assert start_serve() == http_port
+    finally:
+        holder.close()
+    assert next(ports, None) is None  # both tried: the taken one was refused
 
 
 def test_shared_prefixes_go_where_they_are_cached_and_cold_load_spreads(http_port: int) -> None:
