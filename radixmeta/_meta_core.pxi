@@ -451,6 +451,15 @@ cdef class MetaCore:
         with self._lock:
             return self._table.capacities[self._index(worker)]
 
+    def set_capacity(self, worker, capacity):
+        """Give an approximate worker another capacity; returns the device tokens trimmed."""
+        cdef uint32_t w
+        with self._lock:
+            w = self._table.resize(worker, capacity)  # validated, then recorded
+            trimmed = self._tree.get().set_capacity(w, self._table.capacities[w])
+            self._settle_namespaces(0)
+            return trimmed
+
     def held_tokens(self, worker, *, tier=0):
         """Tokens the worker holds on ``tier`` (the device by default)."""
         cdef uint32_t w

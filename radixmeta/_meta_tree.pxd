@@ -43,6 +43,7 @@ cdef extern from "radixmeta/meta_tree.hpp" namespace "radixmeta" nogil:
         bool has_dropped_namespaces()
         vector[uint32_t] take_dropped_namespaces()
         void add_worker(uint32_t w, uint64_t capacity) except +
+        uint64_t set_capacity(uint32_t w, uint64_t capacity) except +
         uint64_t clear_worker(uint32_t w, uint32_t tiers) except +
         uint64_t remove_worker(uint32_t w) except +
         uint64_t held_tokens(uint32_t w, uint32_t tier)

@@ -389,6 +389,38 @@ class MetaCore:
         return self._table.capacities[self._table.resolve(worker)]
 
     @atomic
+    def set_capacity(self, worker: WorkerId, capacity: int) -> int:
+        """Give an approximate worker another capacity; returns the tokens it drops.
+
+        A smaller capacity trims the worker's pages at once by the insert-time
+        rule (least recent first, deepest first among equals); a larger one
+        keeps every page. Its host pages are not counted, as for ``insert``.
+
+        Parameters
+        ----------
+        worker : WorkerId
+            An approximate worker (one added with a capacity).
+        capacity : int
+            Tokens it can hold, in ``[0, 2**63)``.
+
+        Returns
+        -------
+        int
+            Device tokens the trim unmarked (0 when it still fits).
+
+        Raises
+        ------
+        InputTypeError, StaleWorkerError
+            ``worker`` is not a live worker of this tree, or ``capacity`` is not an int.
+        InvalidInputError
+            A negative or too large capacity, None, or an exact worker.
+        """
+        index = self._table.resize(worker, capacity)
+        before = self._held[index]
+        self._evict(index)
+        return before - self._held[index]
+
+    @atomic
     def held_tokens(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Tokens the worker holds on ``tier``: 0 the device (the default), 1 the host."""
         index = self._table.resolve(worker)

@@ -69,10 +69,7 @@ class WorkerTable:
             msg = f"worker name must be a str, got {type(name).__name__}"
             raise InputTypeError(msg)
         rank = check_int("dp_rank", dp_rank, 0)
-        cap = None if capacity is None else check_int("capacity", capacity, 0)
-        if cap is not None and cap >= 2**63:
-            msg = f"capacity must be below 2**63 tokens, got {cap}"
-            raise InvalidInputError(msg)
+        cap = None if capacity is None else self._checked_capacity(capacity)
         if (name, rank) in self._by_name:
             msg = f"worker ({name!r}, dp_rank={rank}) is already registered"
             raise DuplicateWorkerError(msg)
@@ -89,6 +86,38 @@ class WorkerTable:
         self._by_name[(name, rank)] = worker
         self.capacities[index] = cap
         return worker
+
+    def resize(self, worker: Any, capacity: Any) -> int:
+        """Give approximate ``worker`` another capacity; returns its index.
+
+        Validates everything before changing anything: the worker must be live
+        and approximate (a worker's mode is fixed when it is added), the capacity
+        an int in ``[0, 2**63)``. The core trims the worker's pages afterwards.
+        """
+        index = self.resolve(worker)
+        if capacity is None:
+            msg = (
+                "capacity must be an int: None would make an approximate worker exact "
+                "(remove it and add it again to change its mode)"
+            )
+            raise InvalidInputError(msg)
+        cap = self._checked_capacity(capacity)
+        if self.capacities[index] is None:
+            msg = (
+                f"{self.slots[index]!r} is exact (added without a capacity): only an "
+                "approximate worker's capacity bounds its pages"
+            )
+            raise InvalidInputError(msg)
+        self.capacities[index] = cap
+        return index
+
+    @staticmethod
+    def _checked_capacity(capacity: Any) -> int:
+        cap = check_int("capacity", capacity, 0)
+        if cap >= 2**63:
+            msg = f"capacity must be below 2**63 tokens, got {cap}"
+            raise InvalidInputError(msg)
+        return cap
 
     def remove(self, worker: Any) -> int:
         """Unregister a worker; returns its index."""

@@ -235,6 +235,14 @@ class BruteForceMetaTree:
         """The worker's capacity, or None in exact mode."""
         return self._table.capacities[self._table.resolve(worker)]
 
+    def set_capacity(self, worker: WorkerId, capacity: int) -> int:
+        """Give an approximate worker another capacity (see ``MetaTree.set_capacity``)."""
+        index = self._table.resize(worker, capacity)
+        before = len(self._pages[index])
+        self._evict(index)
+        self._settle_namespaces()
+        return (before - len(self._pages[index])) * self._page_size
+
     def held_tokens(self, worker: WorkerId, *, tier: int = 0) -> int:
         """Tokens the worker holds on ``tier``."""
         index = self._table.resolve(worker)

@@ -291,6 +291,21 @@ class MetaMachine(RuleBasedStateMachine):
         self.call(lambda t: t.capacity_of(w))
         self.call(lambda t: t.worker(w.name, w.dp_rank))
 
+    @rule(
+        who=WHO,
+        capacity=st.sampled_from([0, 1, 2, 3, 4, 6, 12, None, -1, "4", 2**63]),
+        ragged=st.booleans(),
+    )
+    def set_capacity(self, who: tuple[str, int], capacity: Any, ragged: bool) -> None:
+        # Mostly whole pages, smaller and larger than what the worker holds; also None,
+        # bad values and exact, stale or foreign workers, which every side must refuse alike.
+        w = self.who(who)
+        cap = capacity
+        if type(capacity) is int and 0 <= capacity < 100:
+            cap = capacity * self.p + (ragged and self.p > 1)
+        self.call(lambda t: t.set_capacity(w, cap))
+        self.call(lambda t: t.capacity_of(w))
+
     # -- rules: token paths -------------------------------------------------------------------
     @rule(
         calls=st.lists(

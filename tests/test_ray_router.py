@@ -119,25 +119,82 @@ def wait_for(condition: Any, timeout: float = 30.0, what: str = "condition") -> 
         time.sleep(0.05)
 
 
+#: Serve's proxy sets SO_REUSEPORT unless told not to: two suites on one host whose proxies
+#: got the same port would then share it silently, each answering some of the other's
+#: requests. Without it, a port taken between the probe and Serve's bind is refused.
+NO_REUSEPORT = {"SERVE_SOCKET_REUSE_PORT_ENABLED": "0"}
+START_ATTEMPTS = 5
+
+
+def start_serve() -> int:
+    """Start Serve's HTTP proxy on a free loopback port; returns the port.
+
+    The port is probed free, then bound by the proxy a moment later: when another
+    process took it in between, ``serve.start`` fails with "Failed to bind" (the proxy
+    does not share ports: :data:`NO_REUSEPORT`) and another port is tried, a few times
+    at most. The common case costs one start, as before.
+    """
+    for _ in range(START_ATTEMPTS):
+        port = free_port_block(1)
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+        except Exception as exc:  # a RayTaskError wrapping the proxy's RuntimeError
+            if "Failed to bind" not in str(exc):
+                raise
+            serve.shutdown()
+            continue
+        return port
+    pytest.fail(f"Serve's proxy found no free port in {START_ATTEMPTS} attempts")
+
+
 @pytest.fixture(scope="module")
 def http_port() -> Iterator[int]:
-    port = free_port_block(1)
-    env = {"PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
+    env = {"PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1", **NO_REUSEPORT}
     if "RADIXMETA_IMPLEMENTATION" in os.environ:
         env["RADIXMETA_IMPLEMENTATION"] = os.environ["RADIXMETA_IMPLEMENTATION"]
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": env},
-    )
+    saved = {k: os.environ.get(k) for k in NO_REUSEPORT}
+    os.environ.update(NO_REUSEPORT)  # the raylet and the workers it starts inherit it
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        yield port
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": env},
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        yield start_serve()
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def test_serve_refuses_a_taken_port_and_start_serve_moves_on(
+    http_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port race, forced: the probe hands out a port that another socket, sharing
+    ports itself, holds; Serve's proxy must refuse it (else it would share it), and
+    ``start_serve`` take the next, here the module's own port again."""
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    ports = iter([holder.getsockname()[1], http_port])
+    monkeypatch.setattr(sys.modules[__name__], "free_port_block", lambda n: next(ports))
+    try:
+        serve.shutdown()  # the module's Serve: started again below, on its port
+        assert start_serve() == http_port
+    finally:
+        holder.close()
+    assert next(ports, None) is None  # both tried: the taken one was refused
 
 
 def test_shared_prefixes_go_where_they_are_cached_and_cold_load_spreads(http_port: int) -> None:
@@ -396,14 +453,16 @@ def test_standin_publishes_engine_formats_and_rejects_unknown_ones() -> None:
         context.term()
 
 
-def test_a_replica_whose_stats_give_another_capacity_is_registered_again() -> None:
-    asyncio.run(asyncio.wait_for(_registered_again(), 60))
+def test_a_replica_whose_stats_give_another_capacity_is_resized_in_place() -> None:
+    asyncio.run(asyncio.wait_for(_resized_in_place(), 60))
 
 
-async def _registered_again() -> None:
+async def _resized_in_place() -> None:
     """The first update often lists a replica before its first routing stats: it gets
     the router's default capacity, which must not stay its bound once it reports its own
-    (the model would keep what the replica evicted, and requests would herd onto it)."""
+    (the model would keep what the replica evicted, and requests would herd onto it).
+    The new capacity applies in place: the worker, its requests in flight and the pages
+    that still fit stay; the least recent pages over it go."""
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
 
     deployment = DeploymentID("standin", "unit")
@@ -418,23 +477,42 @@ async def _registered_again() -> None:
     router.update_replicas(replicas)  # type: ignore[arg-type]
     assert capacities() == [100_000, 100_000]
     first = router._workers[replicas[0].replica_id]
-    tokens = list(prefix(1).encode())
+    tree = router.router.tree
+    old, tokens = list(prefix(1).encode()), list(prefix(2).encode())
+    second = router._workers[replicas[1].replica_id]
+    router.router.mark_down(second)  # both requests go to the first replica
+    router.router.dispatch(old, request_id="old")  # the least recent pages
     router.router.dispatch(tokens, request_id="held")
+    router.router.mark_up(second)
+    router.router.finish("old")
+    before = router.router.load(first)
+    assert tree.held_tokens(first) > 2048
     replicas[0].routing_stats = {"kv_capacity": 2048}
     router.update_replicas(replicas)  # type: ignore[arg-type]
     assert capacities() == [2048, 100_000]
     assert router.counts["resized"] == 1
-    again = router._workers[replicas[0].replica_id]
-    assert again is not first and router.worker_of(replicas[0].replica_id) is again
-    assert router.router.tree.capacity_of(again) == 2048
+    assert router._workers[replicas[0].replica_id] is first  # the same worker
+    assert tree.capacity_of(first) == 2048 and tree.held_tokens(first) <= 2048
+    after = router.router.load(first)
+    assert (after.requests, after.prefill_tokens) == (before.requests, before.prefill_tokens)
+    assert after.requests == 1 and router.router.in_flight == 1
+    # The trim took the least recent prefix; of the newer one, its first pages stay.
+    assert tree.match(old).length_of(first) == 0
+    assert tree.match(tokens).length_of(first) > 0
     # The same stats, stats without the key, or a malformed value change nothing more.
-    for stats in ({"kv_capacity": 2048}, {}, {"kv_capacity": "lots"}, {"kv_capacity": -1}):
+    bad = [{"kv_capacity": 2048}, {}, {"kv_capacity": "lots"}, {"kv_capacity": -1}]
+    for stats in [*bad, {"kv_capacity": 2**63}]:
         replicas[0].routing_stats = stats
         router.update_replicas(replicas)  # type: ignore[arg-type]
         assert capacities() == [2048, 100_000]
-        assert router._workers[replicas[0].replica_id] is again
+        assert router._workers[replicas[0].replica_id] is first
     assert router.counts["resized"] == 1
     assert router.counts["bad_stats"] == 0
-    # Routing goes on over the re-registered worker.
+    # A larger capacity keeps every page; routing goes on over the same worker.
+    kept = tree.held_tokens(first)
+    replicas[0].routing_stats = {"kv_capacity": 200_000}
+    router.update_replicas(replicas)  # type: ignore[arg-type]
+    assert tree.held_tokens(first) == kept and router.counts["resized"] == 2
+    router.router.finish("held")
     decision = router.router.dispatch(tokens, request_id="after")
     assert decision.worker in router.router.workers

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 using radixmeta::kNoCapacity;
@@ -281,6 +282,42 @@ static void test_approximate_worker_keeps_to_capacity() {
   CHECK(len == 2);
   t.match(0, b.data(), b.size(), nullptr, false, &len, nullptr, 1);
   CHECK(len == 4);
+  t.check_invariants();
+}
+
+// set_capacity: a smaller capacity trims at once by the insert-time rule, a
+// larger one keeps every page; an exact worker has no capacity to set.
+static void test_set_capacity_trims_like_an_insert() {
+  MetaTree t(1);
+  t.add_worker(0, 8);
+  t.add_worker(1, kNoCapacity);
+  const std::vector<Token> a{1, 2, 3}, b{1, 2, 7, 8, 9};
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0);
+  t.insert(0, b.data(), b.size(), nullptr, 0, 0, 0);
+  t.insert(0, b.data(), b.size(), nullptr, 1, 0, 0);
+  CHECK(t.held_tokens(0, 0) == 6);
+  CHECK(t.set_capacity(0, 100) == 0 && t.held_tokens(0, 0) == 6 && t.capacity(0) == 100);
+  // As test_approximate_worker_keeps_to_capacity: the oldest leaf (3), then 9.
+  CHECK(t.set_capacity(0, 4) == 2 && t.held_tokens(0, 0) == 4 && t.capacity(0) == 4);
+  int64_t len[2] = {0, 0};
+  t.match(0, a.data(), a.size(), nullptr, false, len, nullptr, 2);
+  CHECK(len[0] == 2 && len[1] == 2);
+  t.match(0, b.data(), b.size(), nullptr, false, len, nullptr, 2);
+  CHECK(len[0] == 4 && len[1] == 5);  // the exact worker keeps the page the trim cut off
+  t.check_invariants();
+  CHECK(t.set_capacity(0, 0) == 4 && t.held_tokens(0, 0) == 0);
+  t.insert(0, a.data(), a.size(), nullptr, 0, 0, 0);  // capacity 0 keeps nothing
+  CHECK(t.held_tokens(0, 0) == 0);
+  t.check_invariants();
+  bool refused = false;
+  try {
+    t.set_capacity(1, 4);
+  } catch (const std::logic_error&) {
+    refused = true;
+  }
+  CHECK(refused && t.held_tokens(1, 0) == 5);
+  t.remove_worker(1);
+  CHECK(t.node_count() == 0);
   t.check_invariants();
 }
 
@@ -565,6 +602,7 @@ int main() {
   test_block_events();
   test_match_stays_inside_the_lengths_array();
   test_approximate_worker_keeps_to_capacity();
+  test_set_capacity_trims_like_an_insert();
   test_namespaces();
   test_extra_tags();
   test_tiers();

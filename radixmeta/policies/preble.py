@@ -608,96 +608,115 @@ class PrebleE2:
             raise AssertionError(msg)
 
     def _expire(self, now: float) -> None:
-        """Drop the requests older than the window from every sum."""
+        """Drop the requests older than the window from every sum.
+
+        What the drop takes is :class:`_Lapsed`'s to compute (``rank`` reads the same
+        value without applying it); this applies it.
+        """
+        lapsed = _Lapsed(self, now)
         events = self._events
-        horizon = now - self.window
-        load = self._load
         threshold = self.min_group_requests
-        while events and events[0].time < horizon:
+        active = self._active_load
+        for _ in range(lapsed.events):
             event = events.popleft()
-            worker = event.worker
-            load[worker] = load.get(worker, 0.0) - event.cost
             group = event.group
-            if group is None:
+            if group is None or not event.counted:
                 continue
-            if event.counted:
-                group.events.popleft()
-                if group.count == threshold:
-                    self._activate(group, -1.0)
-                elif group.count > threshold:
-                    active = self._active_load
-                    active[worker] = active.get(worker, 0.0) - event.cost
-                group.cost[worker] = group.cost.get(worker, 0.0) - event.cost
-                group.hit -= event.hit
-                group.prompt -= event.prompt
-                group.count -= 1
-            group.refs -= 1
+            # The rebalancing load follows the group's count event by event: a group
+            # that falls below the threshold leaves it whole.
+            worker = event.worker
+            group.events.popleft()
+            if group.count == threshold:
+                self._activate(group, -1.0)
+            elif group.count > threshold:
+                active[worker] = active.get(worker, 0.0) - event.cost
+            group.cost[worker] = group.cost.get(worker, 0.0) - event.cost
+            group.count -= 1
+        for group, refs, _count, hit, prompt in lapsed.groups.values():
+            group.hit -= hit
+            group.prompt -= prompt
+            group.refs -= refs
             if group.refs == 0:
                 del self._groups[group.key]
-        if not events:
-            load.clear()  # no rounding residue survives an empty window
-            self._active_load.clear()
+        if lapsed.empty:
+            self._load.clear()  # no rounding residue survives an empty window
+            active.clear()
+        else:
+            self._load.update(lapsed.loads)
 
 
 class _Lapsed:
-    """What :meth:`PrebleE2._expire` would drop at ``now``, read without dropping it.
+    """The drop of the events older than the window at ``now``, as a value.
 
-    ``rank`` must not change the policy's state, yet ``choose`` first drops the
-    events older than the window; this is that drop as per-worker loads and
-    per-group counts, computed in the same order (the same floating-point sums),
-    so ``rank`` sees what ``choose`` will. O(events past the window); nothing when
-    none is (the common case: one comparison).
+    :meth:`PrebleE2._expire` applies it; ``rank``, which must not change the
+    policy's state, reads it instead (``choose`` drops those events first, so
+    ``rank`` sees what ``choose`` will). It holds how many events lapse (the oldest
+    ``events`` of the window), each worker's windowed load after them (the same
+    floating-point sums, in the same order, as dropping them one by one), and per
+    group what it loses. O(events past the window); nothing when none is (the
+    common case: one comparison).
+
+    Attributes
+    ----------
+    events : int
+        The events that lapse, oldest first.
+    empty : bool
+        Whether the window is empty after the drop (its sums are then cleared).
+    loads : dict
+        Per worker with a lapsed event, its windowed load after the drop.
+    groups : dict
+        Per group (by ``id``): ``(group, refs, count, hit, prompt)`` it loses.
     """
 
-    __slots__ = ("_empty", "_groups", "_load", "_policy")
+    __slots__ = ("empty", "events", "groups", "loads", "_policy")
 
     def __init__(self, policy: PrebleE2, now: float) -> None:
         self._policy = policy
-        self._load: dict[_Slot, float] = {}
-        # Per group: (refs, count, hit, prompt) it loses.
-        self._groups: dict[int, tuple[int, int, int, int]] = {}
+        self.loads: dict[_Slot, float] = {}
+        self.groups: dict[int, tuple[_Group, int, int, int, int]] = {}
         events = policy._events
         horizon = now - policy.window
-        load = self._load
-        groups = self._groups
+        loads = self.loads
+        groups = self.groups
         k = 0
         for event in events:
             if not event.time < horizon:
                 break
             k += 1
             worker = event.worker
-            load[worker] = load.get(worker, policy._load.get(worker, 0.0)) - event.cost
+            loads[worker] = loads.get(worker, policy._load.get(worker, 0.0)) - event.cost
             group = event.group
             if group is None:
                 continue
-            refs, count, hit, prompt = groups.get(id(group), (0, 0, 0, 0))
+            _, refs, count, hit, prompt = groups.get(id(group), (group, 0, 0, 0, 0))
             if event.counted:
                 count, hit, prompt = count + 1, hit + event.hit, prompt + event.prompt
-            groups[id(group)] = (refs + 1, count, hit, prompt)
-        self._empty = k > 0 and k == len(events)
+            groups[id(group)] = (group, refs + 1, count, hit, prompt)
+        self.events = k
+        self.empty = k == len(events)
 
     def load(self, worker: _Slot) -> float:
         """The worker's windowed load once the lapsed events are dropped."""
-        if self._empty:
+        if self.empty:
             return 0.0  # _expire clears an empty window's sums
-        lapsed = self._load.get(worker)
+        lapsed = self.loads.get(worker)
         return self._policy._load.get(worker, 0.0) if lapsed is None else lapsed
 
     def dropped(self, group: _Group) -> bool:
         """Whether the drop takes the group's last event (``_expire`` deletes it)."""
-        lost = self._groups.get(id(group))
-        return lost is not None and lost[0] >= group.refs
+        lost = self.groups.get(id(group))
+        return lost is not None and lost[1] >= group.refs
 
     def group_cost(self, group: _Group) -> float:
         """``miss_rate * count * recompute`` of a group after the drop (0 once dropped)."""
-        lost = self._groups.get(id(group))
+        lost = self.groups.get(id(group))
         if lost is None:
             count, hit, prompt = group.count, group.hit, group.prompt
-        elif lost[0] >= group.refs:
+        elif lost[1] >= group.refs:
             return 0.0
         else:
-            count = group.count - lost[1]
-            hit, prompt = group.hit - lost[2], group.prompt - lost[3]
+            count = group.count - lost[2]
+            hit, prompt = group.hit - lost[3], group.prompt - lost[4]
         if not count:
             return 0.0
         miss = 1.0 - hit / prompt if prompt else 1.0

@@ -253,6 +253,52 @@ class Router:
             self._registry.add(worker, capacity)
             return worker
 
+    def set_capacity(self, worker: WorkerId, capacity: int | None) -> int:
+        """Give a registered worker another KV capacity, keeping its state.
+
+        Its requests in flight, their loads, its counters and its replay state
+        stand. In approximate mode a smaller capacity trims the tree's model of
+        the worker's cache at once, least recent and deepest pages first (the
+        rule every insert applies), and a larger one keeps every page; in exact
+        mode its pages come from its events and stay, and the capacity is what
+        the eviction estimate and policies read (None: no estimate for it).
+
+        Parameters
+        ----------
+        worker : WorkerId
+            As returned by ``add_worker`` (or ``worker(name, dp_rank)``).
+        capacity : int or None
+            Tokens it can cache; None only in exact mode.
+
+        Returns
+        -------
+        int
+            Tokens the approximate model dropped (0 in exact mode).
+
+        Raises
+        ------
+        InputTypeError, StaleWorkerError
+            ``worker`` is not a registered worker, or ``capacity`` is not an int.
+        InvalidInputError
+            A negative capacity, or None in approximate mode.
+        """
+        with self._lock:
+            self._check_open()
+            record = self._registry.record(worker)
+            if self._exact:
+                if capacity is not None:
+                    capacity = check_int("capacity", capacity, 0)
+                trimmed = 0
+            elif capacity is None:
+                msg = "approximate mode needs each worker's capacity (tokens it can cache)"
+                raise InvalidInputError(msg)
+            else:
+                trimmed = self.tree.set_capacity(record.worker, capacity)  # validates first
+                capacity = self.tree.capacity_of(record.worker)
+            record.capacity = capacity
+            self._registry.refresh()
+            return trimmed
+
     def remove_worker(self, worker: WorkerId) -> int:
         """Forget a worker: its pages, its requests in flight and its replay state.
 

@@ -213,6 +213,20 @@ class MetaTree {
     return tokens;
   }
 
+  // Gives approximate worker w another capacity (not kNoCapacity: a worker's
+  // mode is fixed when it is added). A smaller one trims it at once by the
+  // insert-time rule, least recent and deepest first; a larger one keeps every
+  // page. Returns the device tokens the trim unmarked. O(pages dropped * log held).
+  uint64_t set_capacity(uint32_t w, uint64_t capacity) {
+    Worker& wk = workers_[w];
+    if (!wk.live || !wk.approximate() || capacity == kNoCapacity)
+      throw std::logic_error("radixmeta: set_capacity needs a live approximate worker");
+    const uint64_t before = wk.held_tokens;
+    wk.capacity = capacity;
+    evict(w);
+    return before - wk.held_tokens;
+  }
+
   bool worker_live(uint32_t w) const { return w < workers_.size() && workers_[w].live; }
   uint64_t held_tokens(uint32_t w, uint32_t tier) const {
     return tier == 0 ? workers_[w].held_tokens : workers_[w].host_tokens;

@@ -7,8 +7,9 @@ proxy, in whatever process holds the handle. Each instance here keeps its own
 
 - ``update_replicas`` adds the replicas autoscaling or a redeploy brings, removes the
   ones that went away (their pages, their requests in flight and their event feed),
-  registers again a replica whose routing stats give another ``kv_capacity`` (the
-  bound of its model: a replica listed before its first stats had the default),
+  gives a replica whose routing stats report another ``kv_capacity`` that capacity in
+  place (``Router.set_capacity``: the bound of its model, trimmed at once when smaller;
+  a replica listed before its first stats had the default),
   and, in exact mode, subscribes to the KV events a replica advertises in its routing
   stats; ``on_replica_actor_died`` marks a replica down at once.
 - ``choose_replicas`` reads the request's prompt (:mod:`.prompts`, the gateway's token
@@ -101,8 +102,8 @@ class RadixMetaRequestRouter(RequestRouter):
         ``routed`` (requests dispatched), ``fallbacks`` (sent to another replica than
         the one chosen), ``unroutable`` (no prompt, or a malformed one: routed by load),
         ``completed``, ``subscribed`` (event feeds opened), ``bad_stats`` (routing stats
-        that could not be read: skipped), ``resized`` (replicas registered again because
-        their stats gave another ``kv_capacity``).
+        that could not be read: skipped), ``resized`` (replicas whose stats gave another
+        ``kv_capacity``, applied in place with ``Router.set_capacity``).
     """
 
     router: Router
@@ -214,13 +215,14 @@ class RadixMetaRequestRouter(RequestRouter):
                 and capacity != self._capacities[replica_id]
             ):
                 # The replica reports another KV capacity (its first stats arrived after
-                # it was listed with the default, or its engine was resized): register it
-                # again, or the model of its cache stays bounded by the old capacity and
-                # keeps pages the replica evicted long ago (requests herd onto it). A
-                # malformed value keeps the capacity it has.
-                self._forget(replica_id)
+                # it was listed with the default, or its engine was resized): bound its
+                # model by it, or the model keeps pages the replica evicted long ago
+                # (requests herd onto it). In place: the pages that still fit, its
+                # requests in flight and its event feed stay. A malformed value keeps
+                # the capacity it has.
+                self.router.set_capacity(worker, capacity)
+                self._capacities[replica_id] = capacity
                 self.counts["resized"] += 1
-                worker = None
             if worker is None:
                 worker = self._add(replica_id, stats)
             elif not self.router.load(worker).up:
@@ -232,7 +234,9 @@ class RadixMetaRequestRouter(RequestRouter):
         """The KV capacity a replica's stats give: the router's ``capacity`` when they
         give none, None when the value is malformed."""
         capacity = stats.get(CAPACITY_STAT, self.capacity)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
+            return None
+        if not 0 <= capacity < 2**63:  # the tree's bound
             return None
         return capacity
 
