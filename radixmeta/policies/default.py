@@ -73,6 +73,9 @@ _ORDERS_KEPT = 64
 #: request, pieces that cost the same on every worker), which decide exactly as the
 #: general code does; the tests turn them off to compare the two on random batches.
 _FAST_PATHS = True
+#: choose's lean scan for views with nothing on a host tier and room on every worker,
+#: which decides exactly as the general scan does; the tests turn it off to compare.
+_LEAN_SCAN = True
 
 
 #: The floors of a piece of one member (read only: shared by every such piece).
@@ -588,13 +591,19 @@ class DefaultPolicy:
         reported = view.reported
         extra = self._extra(reported)
         behind = _behind(reported, requests)
+        # Lists are compared by value: which list object a view carries means nothing
+        # (``is`` only skips the comparison when it is the same list).
         expected = view.expected
         if expected is None:
             expected = lengths
-        loaded = extra is not None or behind is not None or expected is not lengths
+        loaded = (
+            extra is not None
+            or behind is not None
+            or (expected is not lengths and expected != lengths)
+        )
         # The lean scan, for what nearly every request is without reports: nothing on a
-        # host tier (the router then passes one list for both) and every worker with room.
-        if host is not lengths or loaded:
+        # host tier (host lengths equal to the device's) and every worker with room.
+        if loaded or not _LEAN_SCAN or (host is not lengths and host != lengths):
             lean = False
         else:
             if capacities is not self._capacities:  # the router's list changes on refresh
@@ -689,8 +698,13 @@ class DefaultPolicy:
             reported = view.reported
             extra = self._extra(reported)
             behind = _behind(reported, view.requests)
-            expected = view.lengths if view.expected is None else view.expected
-            loaded = extra is not None or behind is not None or expected is not view.lengths
+            lengths = view.lengths
+            expected = lengths if view.expected is None else view.expected
+            loaded = (
+                extra is not None
+                or behind is not None
+                or (expected is not lengths and expected != lengths)
+            )
             rates = self._rates(workers)
             ranked: list[int] = []
             while order:
