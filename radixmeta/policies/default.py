@@ -382,7 +382,9 @@ class DefaultPolicy:
         Work is counted in prompt tokens to compute: each member's prompt past what
         the worker already holds of it and what it shares with earlier members
         placed with it (a group's shared prefix is computed once per worker), and a
-        worker starts with the prefill tokens already queued on it. Groups are
+        worker starts with the prefill tokens already queued on it, priced at its own
+        rate as ``choose`` prices them: ``queued_w * rate_w / rate`` tokens at a
+        512-token chunk's rate ``rate`` (:meth:`_queue_tokens`). Groups are
         packed largest first, each on the worker it leaves least loaded, whole, or
         (for a group bigger than a worker's share) cut into pieces, whichever
         packing leaves the lower busiest load. Then, while it lowers the busiest
@@ -449,6 +451,10 @@ class DefaultPolicy:
             for w in range(n):
                 queued[w] += extra[w] * unit
                 loads[w] += extra[w]
+        # The queues at their workers' own rates, as choose prices them (_queue_tokens);
+        # the memory wait below needs the tokens themselves, as choose's does.
+        tokens = queued
+        queued = self._queue_tokens(workers, queued)
         speed = [1.0 + load / CHUNK_TOKENS for load in loads]
         seen = self._outputs
         for r in requests:
@@ -464,7 +470,7 @@ class DefaultPolicy:
                 capacity = first.capacities[w]
                 if capacity is not None:
                     queued[w] += self._memory_wait(
-                        queued[w] + share, None, capacity, first.reported[w],
+                        tokens[w] + share, None, capacity, first.reported[w],
                         first.decode_tokens[w], loads[w],
                     ) / token_time
         behind = _behind(first.reported, first.requests)
@@ -789,6 +795,24 @@ class DefaultPolicy:
             return [token_time] * len(workers)
         get = rate.get
         return [get(w.index, token_time) for w in workers]
+
+    def _queue_tokens(self, workers: Sequence[WorkerId], queued: list[float]) -> list[float]:
+        """The packing's queued tokens, priced as ``choose`` prices them: a worker's
+        queue counts ``queued_w * rate_w / rate`` tokens at a 512-token chunk's rate
+        ``rate`` (the unit the packing counts a batch's pieces in), ``rate_w`` the
+        worker's own (:meth:`_rates`). A worker with no rate of its own counts its
+        tokens as they are. O(1) per worker; ``queued`` itself when no worker has one."""
+        rate = self._rate
+        if not rate:
+            return queued
+        token_time = self._token_time
+        get = rate.get
+        out = queued[:]
+        for w, worker in enumerate(workers):
+            own = get(worker.index)
+            if own is not None:
+                out[w] = queued[w] * (own / token_time)
+        return out
 
     def _loaded(
         self,
