@@ -302,3 +302,25 @@ def test_which_list_a_view_carries_means_nothing(data: st.DataObject) -> None:
     assert a.worker == b.worker and a.reason == b.reason
     assert str(a.detail) == str(b.detail)
     assert ranked[0] == a.worker
+
+
+def test_a_request_that_would_start_at_once_anywhere_goes_where_least_was_written() -> None:
+    # Nothing is queued on either worker and neither holds any of the prompt, so both
+    # would start it at once; worker 0 has fewer requests in flight (its score is lower by
+    # slow), but 20,000 uncached tokens were sent there before, against 2,000 to worker
+    # 1: the new prefix (and the requests that will share it) goes to worker 1.
+    policy = create("default")
+    v = view([0, 0], requests=[1, 3])
+    policy.on_dispatch(request(20_000, "a"), v.workers[0], 0)
+    policy.on_dispatch(request(2_000, "b"), v.workers[1], 0)
+    choice = policy.choose(request(500, "next"), v)
+    assert index_of(v, choice) == 1 and reason(choice) == "balance"
+    assert detail(choice)["ttft"] == pytest.approx((1 + 3 / 512) * prefill(500, 500))
+    assert policy.rank(request(500, "next"), v)[0] == v.workers[1]
+    # A worker with anything queued would not start it at once: the score decides.
+    queued = view([0, 0], requests=[1, 3], prefill=[0, 1])
+    assert index_of(queued, policy.choose(request(500, "q"), queued)) == 0
+    # Nor does it move a request off the worker holding more of its prompt.
+    held = view([0, 256], requests=[3, 1])
+    policy.on_dispatch(request(40_000, "c"), v.workers[1], 0)
+    assert index_of(held, policy.choose(request(500, "h"), held)) == 1
