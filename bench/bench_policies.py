@@ -3,9 +3,14 @@
 The router calls the policy per request under its lock, so this is part of the dispatch
 budget. Views are hand-built: 8 workers by default, a 2,048-token prompt, one shared prefix
 held by some workers, loads that change with every request. Reports the median of 5
-repeats after a warm-up, in microseconds per call.
+repeats after a warm-up, in CPU microseconds per call (``time.process_time``).
 
-    python bench/bench_policies.py [--workers 8] [--calls 20000] [--json out.json]
+``--expected`` sets what the views carry as ``View.expected``: ``none`` (no capacity
+estimate), ``same`` (the lengths list itself, the router's form when nothing is cut),
+``copy`` (an equal copy, a batch's row) or ``cut`` (one worker's match cut by half).
+
+    python bench/bench_policies.py [--workers 8] [--calls 20000] [--policies a,b]
+        [--expected none|same|copy|cut] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from radixmeta import WorkerId
 from radixmeta.policies import Request, View, create, names, worker_of
 
 
-def make_cases(workers: int, count: int, seed: int) -> list[tuple[Request, View]]:
+def make_cases(
+    workers: int, count: int, seed: int, expected: str = "none"
+) -> list[tuple[Request, View]]:
     rng = random.Random(seed)
     ids = tuple(WorkerId(f"w{i}", 0, i, 0) for i in range(workers))
     size = 2048
@@ -47,6 +54,13 @@ def make_cases(workers: int, count: int, seed: int) -> list[tuple[Request, View]
             page_size=16,
             prefix_key=rng.randrange(64) if max(lengths) else None,
         )
+        if expected == "same":
+            view.expected = lengths
+        elif expected == "copy":
+            view.expected = lengths[:]
+        elif expected == "cut":
+            view.expected = lengths[:]
+            view.expected[0] //= 2
         cases.append((Request(f"r{k}", tokens, expected_output=32), view))
     return cases
 
@@ -57,12 +71,12 @@ def time_policy(name: str, cases: list[tuple[Request, View]], repeats: int) -> f
     for _ in range(repeats + 1):  # the first run warms up
         policy = create(name)
         dispatch = getattr(policy, "on_dispatch", None)
-        start = time.perf_counter()
+        start = time.process_time()
         for request, view in cases:
             worker = worker_of(policy.choose(request, view))
             if dispatch is not None:
                 dispatch(request, worker, view.lengths[view.workers.index(worker)])
-        runs.append((time.perf_counter() - start) / len(cases) * 1e6)
+        runs.append((time.process_time() - start) / len(cases) * 1e6)
     return statistics.median(runs[1:])
 
 
@@ -71,11 +85,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--policies", default="all", help="comma-separated names, or all")
+    parser.add_argument("--expected", choices=("none", "same", "copy", "cut"), default="none")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    cases = make_cases(args.workers, args.calls, seed=0)
-    results = {name: time_policy(name, cases, args.repeats) for name in names()}
-    print(f"{args.workers} workers, {args.calls} requests, median of {args.repeats}")
+    chosen = names() if args.policies == "all" else args.policies.split(",")
+    cases = make_cases(args.workers, args.calls, seed=0, expected=args.expected)
+    results = {name: time_policy(name, cases, args.repeats) for name in chosen}
+    print(
+        f"{args.workers} workers, {args.calls} requests, expected={args.expected}, "
+        f"median of {args.repeats}, CPU time"
+    )
     for name, us in results.items():
         print(f"  {name:15} {us:6.2f} us per request")
     if args.json:
@@ -84,6 +104,7 @@ def main() -> None:
             "python": sys.version,
             "workers": args.workers,
             "calls": args.calls,
+            "expected": args.expected,
             "us_per_request": results,
         }
         args.json.write_text(json.dumps(out, indent=2))

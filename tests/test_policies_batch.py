@@ -318,3 +318,25 @@ def test_a_pool_alone_prices_a_piece_as_the_whole_count_does(
         assert got is None
     else:
         assert got == pools.load(0, [piece])
+
+
+def test_the_packed_path_prices_a_queue_at_its_workers_own_rate() -> None:
+    # As test_policies_default's test for choose: both workers queue 2,000 uncached
+    # tokens, worker 0's the tail of a 30,000-token context, worker 1's a fresh prompt.
+    # At a chunk's rate the two queues tie and the rotation's first, worker 0, takes the
+    # batch's request; at each worker's own rate worker 0 is the busier one.
+    from policy_cases import request, view
+
+    policy = DefaultPolicy()
+    v = view([0, 0], requests=[1, 1], prefill=[2_000, 2_000])
+    policy.on_dispatch(request(30_000, "long"), v.workers[0], 28_000)
+    policy.on_dispatch(request(2_000, "short"), v.workers[1], 0)
+    groups = [([0], 0)]  # a caller's own groups (no partners): the packed path
+    (choice,) = policy.choose_batch([request(500, "next")], [v], groups)
+    assert choice.worker == v.workers[1] and choice.reason == "batch"
+    # Without rates of their own (both finished), the tie goes to the rotation's first.
+    policy.on_finish(request(30_000, "long"), v.workers[0])
+    policy.on_finish(request(2_000, "short"), v.workers[1])
+    policy.choose_batch([request(500, "turn")], [view([0, 0])], groups)  # one turn more
+    (again,) = policy.choose_batch([request(500, "later")], [v], groups)
+    assert again.worker == v.workers[0]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from policy_cases import detail, index_of, reason, request, view, with_
 
 from radixmeta.policies import DefaultPolicy, Policy, create
+from radixmeta.policies import default as default_module
 from radixmeta.policies.base import EngineLoad, worker_of
 from radixmeta.policies.costs import mistral_7b_a6000_prefill as prefill
 
@@ -163,9 +164,9 @@ def test_a_custom_prefill_model() -> None:
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_the_lean_scan_decides_as_the_general_one(data: st.DataObject) -> None:
-    # choose() has a lean scan for the views the router builds when no page is on a host
-    # tier (one list for lengths and host_lengths) and every worker has room; any other
-    # view takes the general scan. Both must give the same choice, reason and numbers.
+    # choose() has a lean scan for the views with no page on a host tier (host lengths
+    # equal to the device's) and room on every worker; with it off (_LEAN_SCAN) the
+    # general scan decides. Both must give the same choice, reason and numbers.
     n = data.draw(st.integers(1, 8), label="workers")
     size = data.draw(st.integers(1, 4096), label="prompt")
     counts = st.lists(st.integers(0, 3000), min_size=n, max_size=n)
@@ -200,7 +201,13 @@ def test_the_lean_scan_decides_as_the_general_one(data: st.DataObject) -> None:
     for policy in (lean, general):
         for _ in range(turn):  # the same place in the rotation
             policy.choose(request(size), view([0] * n))
-    a, b = lean.choose(request(size), shared), general.choose(request(size), apart)
+    a = lean.choose(request(size), shared)
+    assert default_module._LEAN_SCAN
+    default_module._LEAN_SCAN = False
+    try:
+        b = general.choose(request(size), apart)
+    finally:
+        default_module._LEAN_SCAN = True
     assert a.worker == b.worker and a.reason == b.reason
     assert str(a.detail) == str(b.detail)  # NaN-safe equality of the numbers
 
@@ -246,3 +253,74 @@ def test_rank_and_choose_read_the_same_rates() -> None:
     ranked = policy.rank(request(800, "c"), v)
     assert ranked[-1] == v.workers[0]  # the long-context queue is the dearest
     assert ranked[0] == worker_of(policy.choose(request(800, "c"), v))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_which_list_a_view_carries_means_nothing(data: st.DataObject) -> None:
+    # The router shows ``expected`` as the lengths list itself when nothing is cut, and
+    # one list for lengths and host lengths when nothing is on a host tier; a batch's
+    # views carry copies. choose (and rank) must read the values, not the objects: a
+    # view whose lists are all copies decides as the one that shares them.
+    n = data.draw(st.integers(1, 6), label="workers")
+    size = data.draw(st.integers(1, 20_000), label="prompt")
+    counts = st.lists(st.integers(0, 60_000), min_size=n, max_size=n)
+    lengths = data.draw(st.lists(st.integers(0, size), min_size=n, max_size=n), label="lengths")
+    shared = view(
+        lengths,
+        requests=data.draw(st.lists(st.integers(0, 300), min_size=n, max_size=n)),
+        prefill=data.draw(counts, label="prefill"),
+        decode=data.draw(counts, label="decode"),
+        capacities=data.draw(
+            st.lists(st.one_of(st.none(), st.integers(0, 100_000)), min_size=n, max_size=n),
+            label="capacities",
+        ),
+    )
+    shared.host_lengths = shared.lengths
+    cut = data.draw(st.booleans(), label="cut")
+    if cut:  # the router expects an eviction somewhere: the loaded scan, in both forms
+        k = data.draw(st.integers(0, n - 1), label="cut worker")
+        expected = list(lengths)
+        expected[k] = data.draw(st.integers(0, lengths[k]), label="kept") if lengths[k] else 0
+        shared.expected = expected
+    else:
+        shared.expected = shared.lengths
+    apart = with_(
+        shared,
+        lengths=list(shared.lengths),
+        host_lengths=list(shared.lengths),
+        expected=list(shared.expected),
+    )
+    output = data.draw(st.one_of(st.none(), st.integers(1, 2_000)), label="output")
+    one, two = create("default"), create("default")
+    for policy in (one, two):  # a mean output, so the loaded scan prices memory waits
+        policy.choose(request(100, "warm", expected_output=300), view([0] * n))
+    ranked = one.rank(request(size, "r", output), shared)
+    assert ranked == two.rank(request(size, "r", output), apart)
+    a = one.choose(request(size, "r", output), shared)
+    b = two.choose(request(size, "r", output), apart)
+    assert a.worker == b.worker and a.reason == b.reason
+    assert str(a.detail) == str(b.detail)
+    assert ranked[0] == a.worker
+
+
+def test_a_request_that_would_start_at_once_anywhere_goes_where_least_was_written() -> None:
+    # Nothing is queued on either worker and neither holds any of the prompt, so both
+    # would start it at once; worker 0 has fewer requests in flight (its score is lower by
+    # slow), but 20,000 uncached tokens were sent there before, against 2,000 to worker
+    # 1: the new prefix (and the requests that will share it) goes to worker 1.
+    policy = create("default")
+    v = view([0, 0], requests=[1, 3])
+    policy.on_dispatch(request(20_000, "a"), v.workers[0], 0)
+    policy.on_dispatch(request(2_000, "b"), v.workers[1], 0)
+    choice = policy.choose(request(500, "next"), v)
+    assert index_of(v, choice) == 1 and reason(choice) == "balance"
+    assert detail(choice)["ttft"] == pytest.approx((1 + 3 / 512) * prefill(500, 500))
+    assert policy.rank(request(500, "next"), v)[0] == v.workers[1]
+    # A worker with anything queued would not start it at once: the score decides.
+    queued = view([0, 0], requests=[1, 3], prefill=[0, 1])
+    assert index_of(queued, policy.choose(request(500, "q"), queued)) == 0
+    # Nor does it move a request off the worker holding more of its prompt.
+    held = view([0, 256], requests=[3, 1])
+    policy.on_dispatch(request(40_000, "c"), v.workers[1], 0)
+    assert index_of(held, policy.choose(request(500, "h"), held)) == 1

@@ -147,16 +147,10 @@ def decide_in_order(
                     shared[w] = held
         path.append((k, c if p >= 0 else 0, whole))
         lengths, host, expected = view.lengths, view.host_lengths, view.expected
-        if expected is not None and expected is not lengths and expected == lengths:
-            # Nothing cut: Router.dispatch then shows the lengths list itself, which
-            # tells the policy there is no eviction to weigh (a batch's row is a copy).
-            expected = lengths
         if shared:
             lengths = _raised(lengths, shared)
-            host = lengths if view.host_lengths is view.lengths else _raised(host, shared)
-            if expected is view.lengths:
-                expected = lengths
-            elif expected is not None:
+            host = _raised(host, shared)
+            if expected is not None:
                 expected = _raised(expected, shared)
         seen = View(
             workers,

@@ -73,6 +73,9 @@ _ORDERS_KEPT = 64
 #: request, pieces that cost the same on every worker), which decide exactly as the
 #: general code does; the tests turn them off to compare the two on random batches.
 _FAST_PATHS = True
+#: choose's lean scan for views with nothing on a host tier and room on every worker,
+#: which decides exactly as the general scan does; the tests turn it off to compare.
+_LEAN_SCAN = True
 
 
 #: The floors of a piece of one member (read only: shared by every such piece).
@@ -306,6 +309,7 @@ class DefaultPolicy:
         "_times",
         "_token_time",
         "_turn",
+        "_written",
         "host_weight",
         "work_weight",
     )
@@ -347,6 +351,9 @@ class DefaultPolicy:
         self._flights: dict[str, tuple[WorkerId, float, int]] = {}
         # The ratio of the sums, per worker with a positive one: choose reads only this.
         self._rate: dict[int, float] = {}
+        # Per worker (by index), the uncached tokens dispatched there so far: where the
+        # fleet's prefixes live, for the workers that would start a request at once (_idle).
+        self._written: dict[int, float] = {}
 
     def __repr__(self) -> str:
         decode = "" if self._decode_name is None else f", decode={self._decode_name!r}"
@@ -379,7 +386,9 @@ class DefaultPolicy:
         Work is counted in prompt tokens to compute: each member's prompt past what
         the worker already holds of it and what it shares with earlier members
         placed with it (a group's shared prefix is computed once per worker), and a
-        worker starts with the prefill tokens already queued on it. Groups are
+        worker starts with the prefill tokens already queued on it, priced at its own
+        rate as ``choose`` prices them: ``queued_w * rate_w / rate`` tokens at a
+        512-token chunk's rate ``rate`` (:meth:`_queue_tokens`). Groups are
         packed largest first, each on the worker it leaves least loaded, whole, or
         (for a group bigger than a worker's share) cut into pieces, whichever
         packing leaves the lower busiest load. Then, while it lowers the busiest
@@ -405,6 +414,7 @@ class DefaultPolicy:
             flights = self._flights.copy()
             priced = {w: entry[:] for w, entry in self._priced.items()}
             rate = self._rate.copy()
+            written = self._written.copy()
             try:
                 # Each decision is priced as on_dispatch would price it, so the next
                 # request sees the rates single dispatches would show it; the router
@@ -417,6 +427,7 @@ class DefaultPolicy:
                 raise
             finally:
                 self._flights, self._priced, self._rate = flights, priced, rate
+                self._written = written
             if decided is not None:
                 return cast(list[Choice], decided)
         return self._packed(requests, views, groups)
@@ -446,6 +457,10 @@ class DefaultPolicy:
             for w in range(n):
                 queued[w] += extra[w] * unit
                 loads[w] += extra[w]
+        # The queues at their workers' own rates, as choose prices them (_queue_tokens);
+        # the memory wait below needs the tokens themselves, as choose's does.
+        tokens = queued
+        queued = self._queue_tokens(workers, queued)
         speed = [1.0 + load / CHUNK_TOKENS for load in loads]
         seen = self._outputs
         for r in requests:
@@ -461,7 +476,7 @@ class DefaultPolicy:
                 capacity = first.capacities[w]
                 if capacity is not None:
                     queued[w] += self._memory_wait(
-                        queued[w] + share, None, capacity, first.reported[w],
+                        tokens[w] + share, None, capacity, first.reported[w],
                         first.decode_tokens[w], loads[w],
                     ) / token_time
         behind = _behind(first.reported, first.requests)
@@ -588,13 +603,19 @@ class DefaultPolicy:
         reported = view.reported
         extra = self._extra(reported)
         behind = _behind(reported, requests)
+        # Lists are compared by value: which list object a view carries means nothing
+        # (``is`` only skips the comparison when it is the same list).
         expected = view.expected
         if expected is None:
             expected = lengths
-        loaded = extra is not None or behind is not None or expected is not lengths
+        loaded = (
+            extra is not None
+            or behind is not None
+            or (expected is not lengths and expected != lengths)
+        )
         # The lean scan, for what nearly every request is without reports: nothing on a
-        # host tier (the router then passes one list for both) and every worker with room.
-        if host is not lengths or loaded:
+        # host tier (host lengths equal to the device's) and every worker with room.
+        if loaded or not _LEAN_SCAN or (host is not lengths and host != lengths):
             lean = False
         else:
             if capacities is not self._capacities:  # the router's list changes on refresh
@@ -643,6 +664,11 @@ class DefaultPolicy:
                 rates,
             )
 
+        if self._written and queued[best] == 0 and (not loaded or best_wait == 0.0):
+            best = self._idle(
+                workers, best, (turn, *rest), size, expected if loaded else lengths, lengths, host,
+                queued, decoding, requests, capacities, extra, reported, output, loaded,
+            )
         top = max(host)
         chosen = host[best]
         if top == 0:
@@ -689,23 +715,35 @@ class DefaultPolicy:
             reported = view.reported
             extra = self._extra(reported)
             behind = _behind(reported, view.requests)
-            expected = view.lengths if view.expected is None else view.expected
-            loaded = extra is not None or behind is not None or expected is not view.lengths
+            lengths = view.lengths
+            expected = lengths if view.expected is None else view.expected
+            loaded = (
+                extra is not None
+                or behind is not None
+                or (expected is not lengths and expected != lengths)
+            )
             rates = self._rates(workers)
             ranked: list[int] = []
             while order:
+                wait = 0.0
                 if loaded:
-                    best = self._loaded(
+                    best, _, wait = self._loaded(
                         tuple(order), size, expected, view.host_lengths, view.prefill_tokens,
                         view.decode_tokens, view.requests, view.capacities, extra, behind,
                         reported, output, rates,
-                    )[0]
+                    )
                 else:
                     best = self._general(
                         tuple(order), size, view.lengths, view.host_lengths,
                         view.prefill_tokens, view.decode_tokens, view.requests,
                         view.capacities, rates,
                     )[0]
+                if self._written and view.prefill_tokens[best] == 0 and wait == 0.0:
+                    best = self._idle(
+                        workers, best, tuple(order), size, expected if loaded else lengths, lengths,
+                        view.host_lengths, view.prefill_tokens, view.decode_tokens,
+                        view.requests, view.capacities, extra, reported, output, loaded,
+                    )
                 ranked.append(best)
                 order.remove(best)
         finally:
@@ -736,6 +774,8 @@ class DefaultPolicy:
         count = entry[1] = entry[1] + tokens
         entry[2] += 1.0
         flights[rid] = (worker, seconds, tokens)
+        written = self._written
+        written[slot] = written.get(slot, 0.0) + tokens
         if total > 0.0 and count > 0.0:
             self._rate[slot] = total / count
         else:
@@ -775,6 +815,110 @@ class DefaultPolicy:
             return [token_time] * len(workers)
         get = rate.get
         return [get(w.index, token_time) for w in workers]
+
+    def _idle(
+        self,
+        workers: Sequence[WorkerId],
+        best: int,
+        order: tuple[int, ...],
+        size: int,
+        found: list[int],
+        lengths: list[int],
+        host: list[int],
+        queued: list[int],
+        decoding: list[int],
+        requests: list[int],
+        capacities: list[int | None],
+        extra: list[int] | None,
+        reported: list[EngineLoad | None],
+        output: int | None,
+        loaded: bool,
+    ) -> int:
+        """Among the workers that would start the request at once as ``best`` would (no
+        wait: nothing queued, no reported extra, no wait for memory; the same match on
+        the device, the host and as expected; room for it), the one with the fewest
+        uncached tokens dispatched so far (``best`` on a tie, then the rotation's order).
+
+        Their scores differ only by ``slow``, the requests in flight there: what rides
+        along the request's own prefill. But the request may start a prefix that later
+        requests share (a system prompt, a session's first turn), and those go where it
+        goes; where the fleet's traffic already lives is the prefill each worker was
+        given, which the requests in flight show only for as long as they run. O(workers),
+        plus a decode-model call per such worker when memory waits are priced.
+        """
+        if not self._fits(best, size, found[best], queued, decoding, capacities, reported,
+                          loaded):
+            return best
+        written = self._written
+        least = written.get(workers[best].index, 0.0)
+        matched, device, held = found[best], lengths[best], host[best]
+        priced = loaded and self._decode is not None
+        pick = best
+        for j in order:
+            if (
+                queued[j] != 0
+                or found[j] != matched
+                or lengths[j] != device
+                or host[j] != held
+                or (extra is not None and extra[j] != 0)
+            ):
+                continue
+            tokens = written.get(workers[j].index, 0.0)
+            if tokens >= least:
+                continue
+            if not self._fits(j, size, matched, queued, decoding, capacities, reported, loaded):
+                continue
+            capacity = capacities[j]
+            if priced and capacity is not None:
+                load = requests[j] + (extra[j] if extra is not None else 0)
+                if self._memory_wait(size - matched, output, capacity, reported[j],
+                                     decoding[j], load) > 0.0:
+                    continue
+            pick, least = j, tokens
+        return pick
+
+    def _fits(
+        self,
+        i: int,
+        size: int,
+        matched: int,
+        queued: list[int],
+        decoding: list[int],
+        capacities: list[int | None],
+        reported: list[EngineLoad | None],
+        loaded: bool,
+    ) -> bool:
+        """Whether worker ``i``'s KV takes the request, as the scan (loaded or general)
+        that chose counts it."""
+        capacity = capacities[i]
+        if capacity is None:
+            return True
+        report = reported[i]
+        if loaded and report is not None and report.kv_usage is not None:
+            taken = float(queued[i])
+            if not (self._decode is not None and self._outputs[1] > 0):
+                taken += report.kv_usage * capacity
+        else:
+            taken = float(queued[i] + decoding[i])
+        return taken + size - matched <= capacity
+
+    def _queue_tokens(self, workers: Sequence[WorkerId], queued: list[float]) -> list[float]:
+        """The packing's queued tokens, priced as ``choose`` prices them: a worker's
+        queue counts ``queued_w * rate_w / rate`` tokens at a 512-token chunk's rate
+        ``rate`` (the unit the packing counts a batch's pieces in), ``rate_w`` the
+        worker's own (:meth:`_rates`). A worker with no rate of its own counts its
+        tokens as they are. O(1) per worker; ``queued`` itself when no worker has one."""
+        rate = self._rate
+        if not rate:
+            return queued
+        token_time = self._token_time
+        get = rate.get
+        out = queued[:]
+        for w, worker in enumerate(workers):
+            own = get(worker.index)
+            if own is not None:
+                out[w] = queued[w] * (own / token_time)
+        return out
 
     def _loaded(
         self,
