@@ -197,6 +197,8 @@ class Router:
             self._choose_batch = (
                 resolved.choose_batch if isinstance(resolved, BatchPolicy) else None
             )
+            # A batch policy that reads the batch's PrefixGroups (BatchPolicy's docstring).
+            self._flat_groups = getattr(resolved, "flat_groups", False) is True
             self._on_dispatch = getattr(resolved, "on_dispatch", None)
             self._on_finish = getattr(resolved, "on_finish", None)
             rank = getattr(resolved, "rank", None)
@@ -617,7 +619,8 @@ class Router:
             held = batch.expected_of(registry, self._estimate, requests_, matches)
             if self._choose_batch is not None:
                 plan = batch.by_policy(
-                    registry, self._choose_batch, requests_, matches, groups, held
+                    registry, self._choose_batch, requests_, matches, groups, held,
+                    flat=self._flat_groups,
                 )
             else:
                 plan = batch.by_groups(
