@@ -83,6 +83,8 @@ def captured(workers: int, mode: str, size: int, count: int) -> list[tuple[Any, 
     inner = DefaultPolicy()
 
     class Spy:
+        flat_groups = True  # the router's PrefixGroups, passed on as they are
+
         def choose(self, request: Request, view: View) -> Any:
             return inner.choose(request, view)
 

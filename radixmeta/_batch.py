@@ -10,9 +10,9 @@ lcp(b, c))``), which is the length a group reports.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from itertools import repeat
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -20,153 +20,76 @@ import numpy.typing as npt
 from radixmeta._impl import backend
 from radixmeta.errors import InvalidInputError
 
-__all__ = ["PrefixGroup", "PrefixGroups", "prefix_groups"]
+__all__ = ["PrefixGroup", "PrefixGroups", "legacy_groups", "prefix_groups", "warn_legacy_groups"]
 
 #: Per group: its members in batch order and the tokens they all share.
 Run = tuple[list[int], int]
 
-
-class PrefixGroup(tuple[list[int], int]):
-    """One group of a batch: ``(members, shared)``, which is how it unpacks, and more.
-
-    The per-member attributes are read, when asked, from the batch's flat lists
-    (:class:`PrefixGroups`): a group is a bare tuple (no instance dict; its batch
-    is a class attribute of the batch's own subclass, see :class:`PrefixGroups`),
-    so a batch of 100,000 groups of one makes 100,000 tuples and nothing more.
-
-    Attributes
-    ----------
-    partners : list of int
-        Per member, the batch index of the earlier request of the batch (in its
-        namespace) it shares the most whole pages with, ``-1`` for none. For every
-        member but the first that is a member of the group (its link); the
-        first member's, if any, shares too little to join it.
-    common : list of int
-        Per member, the tokens it shares with that partner (0 for none).
-    own : list of int
-        Per member, the tokens it does not share with an earlier member of its
-        group (for the first member: past the group's shared prefix), so
-        ``shared + sum(own)`` is what the whole group computes on one worker.
-    """
-
-    __slots__ = ()
-    _of: ClassVar[_Flat]  # set on each batch's subclass
-
-    def __new__(
-        cls,
-        members: list[int],
-        shared: int,
-        partners: list[int],
-        common: list[int],
-        own: list[int],
-    ) -> PrefixGroup:
-        # A group on its own: flat lists as long as its largest member needs.
-        if not len(members) == len(partners) == len(common) == len(own):
-            msg = "a group needs one partner, share and own count per member"
-            raise InvalidInputError(msg)
-        for k in members:  # batch indices: they index the flat lists below
-            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-                msg = f"a group's members are batch indices (ints >= 0), got {k!r}"
-                raise InvalidInputError(msg)
-        size = max(members, default=-1) + 1
-        partner, shares, owns = [-1] * size, [0] * size, [0] * size
-        for k, p, c, o in zip(members, partners, common, own, strict=True):
-            partner[k], shares[k], owns[k] = p, c, o
-        return PrefixGroups([(members, shared)], partner, shares, owns)[0]
-
-    def __reduce__(self) -> tuple[type[PrefixGroup], tuple[Any, ...]]:
-        # What copy and pickle rebuild (a batch's subclass is not importable).
-        return (PrefixGroup, (self[0], self[1], self.partners, self.common, self.own))
-
-    @property
-    def partners(self) -> list[int]:
-        """Per member, its partner's batch index (-1 for none)."""
-        partner = self._of.partner
-        return [partner[k] for k in self[0]]
-
-    @property
-    def common(self) -> list[int]:
-        """Per member, the tokens it shares with its partner."""
-        common = self._of.common
-        return [common[k] for k in self[0]]
-
-    @property
-    def own(self) -> list[int]:
-        """Per member, the tokens it does not share with an earlier member of the group."""
-        own = self._of.own
-        return [own[k] for k in self[0]]
+#: What the DeprecationWarning of :func:`warn_legacy_groups` says, after the method's name.
+LEGACY_GROUPS_DEPRECATION = (
+    " is handed the batch's groups as a list of PrefixGroup, whose partners, common and "
+    "own attributes are deprecated and go in the next release. Set flat_groups = True on "
+    "the policy to be handed the batch's PrefixGroups instead: the groups as plain "
+    "(members, shared) pairs, read-only (list(groups) to reorder them), and each "
+    "request's partner, share and own tokens as the lists groups.partner, groups.common "
+    "and groups.own, by batch index."
+)
 
 
-class _Flat:
-    """A batch's flat per-request lists, as its groups' class holds them.
+class PrefixGroups(Sequence[Run]):
+    """A batch's shared-prefix groups, and per request its link to the rest of the batch.
 
-    Not the PrefixGroups itself: a class is in a reference cycle (its own ``__mro__``),
-    so whatever it holds lives until the cyclic collector runs; holding the batch's
-    groups there kept their runs (two objects per group) alive for the collector to
-    walk and free after every large batch, where plain reference counting frees them
-    as soon as the batch is done.
-    """
-
-    __slots__ = ("common", "own", "partner")
-
-    def __init__(self, partner: list[int], common: list[int], own: list[int]) -> None:
-        self.partner, self.common, self.own = partner, common, own
-
-
-class PrefixGroups(Sequence[PrefixGroup]):
-    """A batch's groups (a sequence of :class:`PrefixGroup`, in order of their first
-    member), over flat per-request lists that the batch path reads in one pass.
+    A sequence of plain ``(members, shared)`` tuples, one per group in order of its
+    first member: the members' batch indices in batch order and the tokens they all
+    share (0 for a group of one). Every request of the batch is in exactly one group.
+    This is what ``Router.dispatch_batch`` hands a policy's ``choose_batch`` as
+    ``groups`` when the policy sets ``flat_groups = True`` (see
+    :class:`~radixmeta.policies.base.BatchPolicy`). Read-only, as a view is.
 
     Attributes
     ----------
     runs : list of (list of int, int)
-        Per group, its members and shared tokens (what each PrefixGroup holds).
-    partner, common, own : list of int
-        By batch index: each request's partner (-1 for none), the tokens it shares
-        with it, and its own tokens (see :class:`PrefixGroup`).
+        The groups themselves (what indexing and iteration give).
+    partner : list of int
+        By batch index: the earlier request of the batch (in its namespace) that the
+        request shares the most whole pages with, ``-1`` for none (the batch's first
+        request, a request with extra tags). For every member of a group but the
+        first, that partner is in its group (its link); the first member's, if any,
+        shares too little to join it.
+    common : list of int
+        By batch index: the tokens the request shares with its partner (0 for none).
+    own : list of int
+        By batch index: the tokens the request shares with no earlier member of its
+        group (for a group's first member: past the group's shared prefix), so
+        ``shared + sum(own[k] for k in members)`` is what a whole group computes on
+        one worker.
 
     Notes
     -----
-    Groups are made when read: O(1) each (a tuple, made in C when the groups are
-    iterated), O(members) for one of a group's per-member attributes. They are
-    instances of a subclass of PrefixGroup made for this batch, the first time
-    its groups are read, whose class attribute names the batch: a tuple subclass
-    can have no slots but empty ones, and an instance dict per group was most of a large batch's
-    group cost (0.07 of 0.1 s for 100,000 groups of one).
+    Nothing is made per group or per request: the runs and the three lists are the
+    ones the native trie hands out (``prefix_group_runs``). Equal to a list or tuple
+    of the same ``(members, shared)`` pairs.
     """
 
-    __slots__ = ("_type", "common", "own", "partner", "runs")
+    __slots__ = ("common", "own", "partner", "runs")
 
     def __init__(
         self, runs: list[Run], partner: list[int], common: list[int], own: list[int]
     ) -> None:
         self.runs, self.partner, self.common, self.own = runs, partner, common, own
-        self._type: type[PrefixGroup] | None = None
-
-    def _group_type(self) -> type[PrefixGroup]:
-        """This batch's PrefixGroup subclass (made once: a class costs ~10 us)."""
-        kind = self._type
-        if kind is None:
-            flat = _Flat(self.partner, self.common, self.own)
-            attrs = {"__slots__": (), "_of": flat, "__module__": __name__,
-                     "__qualname__": PrefixGroup.__qualname__}
-            kind = self._type = type(PrefixGroup.__name__, (PrefixGroup,), attrs)
-        return kind
 
     def __len__(self) -> int:
         return len(self.runs)
 
     @overload
-    def __getitem__(self, g: int) -> PrefixGroup: ...
+    def __getitem__(self, g: int) -> Run: ...
     @overload
-    def __getitem__(self, g: slice) -> list[PrefixGroup]: ...
-    def __getitem__(self, g: int | slice) -> PrefixGroup | list[PrefixGroup]:
-        if isinstance(g, slice):
-            return list(map(_new_tuple, repeat(self._group_type()), self.runs[g]))
-        return _new_tuple(self._group_type(), self.runs[g])
+    def __getitem__(self, g: slice) -> list[Run]: ...
+    def __getitem__(self, g: int | slice) -> Run | list[Run]:
+        return self.runs[g]
 
-    def __iter__(self) -> Iterator[PrefixGroup]:
-        return map(_new_tuple, repeat(self._group_type()), self.runs)
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.runs)
 
     def __eq__(self, other: object) -> bool:
         # Equal to a list or tuple of the same (members, shared) pairs, as the list
@@ -185,8 +108,111 @@ class PrefixGroups(Sequence[PrefixGroup]):
         return f"PrefixGroups({self.runs!r})"
 
 
-#: tuple.__new__, called by map in C: a group without a Python call of its own.
-_new_tuple: Callable[[type[PrefixGroup], Run], PrefixGroup] = tuple.__new__
+class PrefixGroup(tuple[list[int], int]):
+    """Deprecated: one group of a batch with its members' links, as policies got it before.
+
+    ``(members, shared)``, which is how it unpacks, with three per-member lists as
+    attributes. ``Router.dispatch_batch`` hands a list of these to a ``choose_batch``
+    whose policy does not set ``flat_groups = True``, for one release (with a
+    :class:`DeprecationWarning`); then every policy gets :class:`PrefixGroups`,
+    whose flat lists by batch index say the same: ``partners[j]`` is
+    ``groups.partner[members[j]]``, and so for ``common`` and ``own``. Making one
+    yourself warns too.
+
+    Attributes
+    ----------
+    partners : list of int
+        Per member, its partner's batch index (``PrefixGroups.partner``), -1 for none.
+    common : list of int
+        Per member, the tokens it shares with that partner (``PrefixGroups.common``).
+    own : list of int
+        Per member, its tokens shared with no earlier member (``PrefixGroups.own``).
+
+    Raises
+    ------
+    InvalidInputError
+        The three lists are not one entry per member, or a member is not a batch
+        index (an int >= 0).
+    """
+
+    partners: list[int]
+    common: list[int]
+    own: list[int]
+
+    def __new__(
+        cls,
+        members: list[int],
+        shared: int,
+        partners: list[int],
+        common: list[int],
+        own: list[int],
+    ) -> PrefixGroup:
+        if not len(members) == len(partners) == len(common) == len(own):
+            msg = "a group needs one partner, share and own count per member"
+            raise InvalidInputError(msg)
+        for k in members:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+                msg = f"a group's members are batch indices (ints >= 0), got {k!r}"
+                raise InvalidInputError(msg)
+        warnings.warn(
+            "PrefixGroup is deprecated and goes in the next release: a batch's groups are "
+            "plain (members, shared) pairs and its links the flat lists of PrefixGroups",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _group(members, shared, partners, common, own)
+
+    def __reduce__(self) -> tuple[Callable[..., PrefixGroup], tuple[Any, ...]]:
+        # What copy and pickle rebuild (tuple's own reduction would call __new__ with
+        # the pair alone), without the constructor's warning.
+        return (_group, (self[0], self[1], self.partners, self.common, self.own))
+
+
+def _group(
+    members: list[int], shared: int, partners: list[int], common: list[int], own: list[int]
+) -> PrefixGroup:
+    """A PrefixGroup of checked parts (no warning: the router's and copy's)."""
+    group = tuple.__new__(PrefixGroup, (members, shared))
+    group.partners, group.common, group.own = partners, common, own
+    return group
+
+
+def legacy_groups(groups: PrefixGroups) -> list[PrefixGroup]:
+    """The batch's groups as a list of the deprecated :class:`PrefixGroup` (a list of
+    the policy's own, which it may reorder, as before). O(requests)."""
+    partner, common, own = groups.partner, groups.common, groups.own
+    return [
+        _group(
+            members,
+            shared,
+            [partner[k] for k in members],
+            [common[k] for k in members],
+            [own[k] for k in members],
+        )
+        for members, shared in groups.runs
+    ]
+
+
+#: The "once per location" registry of warn_legacy_groups (the filters' own rules apply).
+_LEGACY_WARNED: dict[Any, Any] = {}
+
+
+def warn_legacy_groups(choose_batch: Callable[..., Any]) -> None:
+    """Warn (:class:`DeprecationWarning`) that ``choose_batch`` is handed
+    :func:`legacy_groups`, from its own definition: so once per policy class under
+    the default filters, and named where the code to change is."""
+    name = getattr(choose_batch, "__qualname__", type(choose_batch).__qualname__)
+    module = getattr(choose_batch, "__module__", None) or "<unknown>"
+    code = getattr(choose_batch, "__code__", None)
+    filename, line = (code.co_filename, code.co_firstlineno) if code is not None else (module, 0)
+    warnings.warn_explicit(
+        f"{name}{LEGACY_GROUPS_DEPRECATION}",
+        DeprecationWarning,
+        filename,
+        line,
+        module=module,
+        registry=_LEGACY_WARNED,
+    )
 
 
 def prefix_groups(

@@ -98,6 +98,8 @@ class Returns:
 class BatchFirst:
     """A batch policy: each group to the worker at the group's index modulo the workers."""
 
+    flat_groups = True  # it only unpacks (members, shared)
+
     def __init__(self) -> None:
         self.calls: list[tuple[int, list[tuple[list[int], int]]]] = []
 

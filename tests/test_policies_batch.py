@@ -137,9 +137,9 @@ def test_prefix_groups_copy_and_pickle() -> None:
     groups = prefix_groups(keys, [None] * 4, [False] * 4, 4, 0.5)
     for other in (copy.copy(groups), copy.deepcopy(groups), pickle.loads(pickle.dumps(groups))):
         assert other == groups
-        assert [(g.partners, g.common, g.own) for g in other] == [
-            (g.partners, g.common, g.own) for g in groups
-        ]
+        assert (other.partner, other.common, other.own) == (
+            groups.partner, groups.common, groups.own
+        )
 
 
 def test_longest_prefix_batch_loads_by_tokens_never_go_negative() -> None:
@@ -262,6 +262,8 @@ def test_default_batch_shortcuts_decide_exactly_as_the_general_code(case: dict[s
     seen: list[tuple[Any, Any, Any]] = []
 
     class Spy:
+        flat_groups = True  # the router's PrefixGroups, passed on as they are
+
         def choose(self, request: Any, view: Any) -> Any:
             return view.workers[0]
 

@@ -8,9 +8,7 @@ workers load allows.
 
 from __future__ import annotations
 
-import copy
 import gc
-import pickle
 from typing import Any
 
 import numpy as np
@@ -21,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixmeta import Router
-from radixmeta._batch import PrefixGroup, PrefixGroups, prefix_groups
-from radixmeta.errors import InvalidInputError, PolicyError
+from radixmeta._batch import PrefixGroup, PrefixGroups, legacy_groups, prefix_groups
+from radixmeta.errors import PolicyError
 from radixmeta.policies import Request
 from radixmeta.router import batch
 from radixmeta.router.registry import Spill
@@ -379,9 +377,9 @@ def test_a_groups_own_tokens_add_up_to_its_trie(batch: Any, ratio: float) -> Non
     # group (the first member's own part starts after the group's shared prefix).
     keys, page = batch
     arrays = [np.array(k, dtype=np.uint32) for k in keys]
-    for group in prefix_groups(arrays, [None] * len(keys), [False] * len(keys), page, ratio):
-        members, shared = group
-        assert len(group.own) == len(members)
+    groups = prefix_groups(arrays, [None] * len(keys), [False] * len(keys), page, ratio)
+    for members, shared in groups:
+        own = [groups.own[k] for k in members]
         trie = len(keys[members[0]])
         for k, i in enumerate(members[1:], start=1):
             common = 0
@@ -391,7 +389,7 @@ def test_a_groups_own_tokens_add_up_to_its_trie(batch: Any, ratio: float) -> Non
                     m += 1
                 common = max(common, m - m % page)
             trie += len(keys[i]) - common
-        assert shared + sum(group.own) == trie
+        assert shared + sum(own) == trie
 
 
 @given(batch=batches(), data=st.data())
@@ -408,6 +406,8 @@ def test_a_batch_decision_counts_what_earlier_requests_on_its_worker_share(
     picks = data.draw(st.lists(st.integers(0, 2), min_size=len(keys), max_size=len(keys)))
 
     class Scatter:
+        flat_groups = True
+
         def choose(self, request: Any, view: Any) -> Any:
             return view.workers[0]
 
@@ -469,9 +469,11 @@ def test_group_runs_are_the_groups_of_the_links(core: Any, batch: Any, ratio: fl
     # The flat lists are the links of prefix_partners, by batch index.
     links = core.prefix_partners(arrays, page)
     assert (partner, common) == (links[0].tolist(), links[1].tolist())
-    # Each group hands out its members' slices of them.
-    for group, (members, shared) in zip(built, runs, strict=True):
-        assert (group[0], group[1]) == (members, shared)
+    # The groups are the runs themselves; the deprecated PrefixGroup items a policy
+    # without flat_groups gets hand out their members' slices of the flat lists.
+    assert list(built) == runs and all(type(group) is tuple for group in built)
+    for group, (members, shared) in zip(legacy_groups(built), runs, strict=True):
+        assert isinstance(group, PrefixGroup) and (group[0], group[1]) == (members, shared)
         assert group.partners == [partner[k] for k in members]
         assert group.common == [common[k] for k in members]
         assert group.own == [own[k] for k in members]
@@ -487,7 +489,8 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
 ) -> None:
     # Both batch paths, in both modes (approximate with caches small enough to evict
     # within the batch), after traffic, with namespaces and extra tags, and with a
-    # choose_batch that reorders the groups it is handed: a request's matched length
+    # choose_batch that reorders the (deprecated) list of groups it is handed, or reads
+    # the PrefixGroups in reverse: a request's matched length
     # is what its worker held before the batch or what it shares with an earlier
     # request of the batch on that worker (one namespace, no tags), the longer.
     keys, page = batch
@@ -506,12 +509,19 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
             return view.workers[next(drawn, 0) % len(view.workers)]
 
     class Reorders(Picker):
+        def __init__(self, flat: bool) -> None:
+            self.flat_groups = flat
+
         def choose_batch(self, requests: Any, views: Any, groups: Any) -> Any:
-            groups.reverse()  # a policy's own packing order (largest first, say)
+            if self.flat_groups:
+                assert list(reversed(groups)) == list(groups)[::-1]  # read-only: copies
+            else:
+                groups.reverse()  # a policy's own packing order (largest first, say)
             return [views[0].workers[p] for p in picks]
 
+    flat = data.draw(st.booleans())
     router = Router(
-        page, policy=Picker() if by_groups else Reorders(), mode=mode, group_slack=1
+        page, policy=Picker() if by_groups else Reorders(flat), mode=mode, group_slack=1
     )
     for i in range(3):
         router.add_worker(f"w{i}", capacity=capacity)
@@ -530,7 +540,11 @@ def test_a_batch_counts_its_own_sharing_in_any_setting(
         for item in items
     ]
     drawn = iter(picks)
-    decisions = router.dispatch_batch(items)
+    if by_groups or flat:
+        decisions = router.dispatch_batch(items)
+    else:
+        with pytest.warns(DeprecationWarning, match=r"Reorders\.choose_batch"):
+            decisions = router.dispatch_batch(items)
 
     def shares(i: int, j: int) -> bool:  # one namespace, no extra tags
         return not tagged[i] and not tagged[j] and spaces[i] == spaces[j]
@@ -582,10 +596,12 @@ def test_a_members_expected_value_is_that_of_its_whole_row(
 
 
 class _Picks:
-    """A batch policy that sends request i to worker picks[i] (and may reorder groups)."""
+    """A batch policy that sends request i to worker picks[i] (and may reorder groups: a
+    policy of before flat_groups, handed the deprecated list of its own)."""
 
     def __init__(self, picks: list[int], reorder: bool = False) -> None:
         self.picks, self.reorder = picks, reorder
+        self.flat_groups = not reorder
 
     def choose(self, request: Any, view: Any) -> Any:
         return view.workers[0]
@@ -616,7 +632,12 @@ def test_a_policy_that_reorders_the_groups_changes_no_count() -> None:
         for i in range(2):
             router.add_worker(f"w{i}")
         keys = [[5, 5, 5, 5], [1, 1, 7, 7], [1, 1, 2, 2], [1, 1, 2, 2, 3, 3]]
-        decisions = router.dispatch_batch([np.array(k, dtype=np.uint32) for k in keys])
+        prompts = [np.array(k, dtype=np.uint32) for k in keys]
+        if reorder:
+            with pytest.warns(DeprecationWarning, match=r"_Picks\.choose_batch"):
+                decisions = router.dispatch_batch(prompts)
+        else:
+            decisions = router.dispatch_batch(prompts)
         assert [d.matched for d in decisions] == [0, 0, 0, 2]
 
 
@@ -631,7 +652,7 @@ def test_a_spill_keeps_exactly_the_positions_it_does_not_exclude(data: Any, n: i
     assert [p for p in range(n) if p in spill] == [p for p in range(n) if p not in excluded]
 
 
-def test_prefix_groups_hand_out_bare_tuples_over_the_batch_lists() -> None:
+def test_prefix_groups_are_plain_tuples_over_the_batch_lists() -> None:
     keys = [[1] * 8 + [3, 3], [2] * 8, [1] * 8 + [5, 5], [7, 7]]
     arrays = [np.array(k, dtype=np.uint32) for k in keys]
     groups = prefix_groups(arrays, None, None, 2, 0.5)
@@ -639,27 +660,15 @@ def test_prefix_groups_hand_out_bare_tuples_over_the_batch_lists() -> None:
     assert len(groups) == 3 and groups == [([0, 2], 8), ([1], 0), ([3], 0)]
     assert groups != [([0, 2], 8)] and groups != "not groups"
     first = groups[0]
-    assert isinstance(first, PrefixGroup) and isinstance(first, tuple)
-    assert not hasattr(first, "__dict__")  # no instance dict: that was the cost
+    assert type(first) is tuple and first is groups.runs[0]  # nothing made per group
     members, shared = first  # unpacks as the (members, shared) pair of the contract
     assert (members, shared) == ([0, 2], 8)
-    assert (first.partners, first.common, first.own) == ([-1, 0], [0, 8], [2, 2])
     assert groups[-1] == ([3], 0) and groups[1:] == [([1], 0), ([3], 0)]
-    assert [g.own for g in groups] == [[2, 2], [8], [2]]
+    assert list(groups) == groups.runs
+    # The links, by batch index: request 2's partner is request 0, sharing 8 tokens.
     assert groups.partner == [-1, -1, 0, -1] and groups.common == [0, 0, 8, 0]
-    # Copies and pickles are groups of their own with the same members and links.
-    for other in (copy.copy(first), copy.deepcopy(first), pickle.loads(pickle.dumps(first))):
-        assert other == first and type(other) is not type(first)
-        assert (other.partners, other.common, other.own) == ([-1, 0], [0, 8], [2, 2])
-    alone = PrefixGroup([4, 6], 2, [1, 4], [3, 2], [5, 1])
-    assert alone == ([4, 6], 2) and (alone.partners, alone.common, alone.own) == (
-        [1, 4], [3, 2], [5, 1]
-    )
-    with pytest.raises(InvalidInputError):
-        PrefixGroup([4, 6], 2, [1], [3, 2], [5, 1])
-    for members in ([-3], [1.5], [True]):  # not batch indices
-        with pytest.raises(InvalidInputError, match="batch indices"):
-            PrefixGroup(members, 0, [-1], [0], [1])  # type: ignore[arg-type]
+    assert groups.own == [2, 8, 2, 2]
+    assert sum(groups.own[k] for k in members) + shared == 12  # what the group computes
 
 
 @pytest.mark.skipif(NATIVE is None, reason="the native core is not built")

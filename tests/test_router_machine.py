@@ -136,6 +136,8 @@ class Saboteur:
 class BatchSaboteur(Saboteur):
     """A Saboteur whose policy decides batches whole (the router's choose_batch path)."""
 
+    flat_groups = True
+
     def choose_batch(
         self, requests: Sequence[Request], views: Sequence[View], groups: Any
     ) -> list[Any]:

@@ -54,6 +54,8 @@ class Hooks(Recorder):
 
 
 class BatchHooks(Hooks):
+    flat_groups = True
+
     def choose_batch(self, requests: Any, views: Any, groups: Any) -> list[Any]:
         return [self.choose(r, v) for r, v in zip(requests, views, strict=True)]
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from radixmeta._batch import PrefixGroup, PrefixGroups
 from radixmeta._workers import WorkerId
 from radixmeta.errors import PolicyError
 from radixmeta.policies.base import Choice, Request, View, worker_of
@@ -47,17 +48,28 @@ def links(
     count: int, groups: Sequence[tuple[Sequence[int], int]]
 ) -> tuple[list[int], list[int]] | None:
     """Per request of a batch, its partner (``-1``: none) and the tokens it shares with it,
-    from the router's groups (``PrefixGroup.partners`` and ``.common``); ``None`` when a
-    group does not name them (a caller's own groups) or a request is in no group."""
+    by batch index: the router's :class:`~radixmeta._batch.PrefixGroups` lists them;
+    ``None`` for groups that do not (a caller's own) or that are of another batch.
+
+    The deprecated ``PrefixGroup`` items of a policy without ``flat_groups`` (passed on
+    to a built-in) still name them, for one release: :func:`_legacy_links`."""
+    if isinstance(groups, PrefixGroups):
+        return (groups.partner, groups.common) if len(groups.partner) == count else None
+    return _legacy_links(count, groups)
+
+
+def _legacy_links(
+    count: int, groups: Sequence[tuple[Sequence[int], int]]
+) -> tuple[list[int], list[int]] | None:
+    """:func:`links` from each group's deprecated ``partners`` and ``common`` (goes with
+    ``PrefixGroup``); ``None`` when a group has none or a request is in no group."""
     partner, common = [-1] * count, [0] * count
     seen = 0
     for group in groups:
-        members = group[0]
-        partners = getattr(group, "partners", None)
-        shares = getattr(group, "common", None)
-        if partners is None or shares is None or len(partners) != len(members):
+        if not isinstance(group, PrefixGroup):
             return None
-        if len(shares) != len(members):
+        members, partners, shares = group[0], group.partners, group.common
+        if not len(partners) == len(shares) == len(members):
             return None
         for k, p, c in zip(members, partners, shares, strict=True):
             if not 0 <= k < count or p >= k:  # a partner comes before its request
@@ -82,7 +94,8 @@ def decide_in_order(
         The policy's ``choose(request, view)``.
     requests, views, groups
         As ``BatchPolicy.choose_batch`` is given them: the views all show the loads
-        before the batch, and the groups are the router's (with partners).
+        before the batch, and the groups are the router's (a ``PrefixGroups``, which
+        names each request's partner).
     dispatched : callable, optional
         Told ``(request, worker, matched)`` after each decision, as the router tells a
         policy's ``on_dispatch`` after a single dispatch, for a policy whose state

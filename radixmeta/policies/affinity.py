@@ -70,6 +70,9 @@ class LongestPrefix:
     Complexity: O(workers) per ``choose``.
     """
 
+    #: choose_batch takes the router's PrefixGroups (BatchPolicy's docstring).
+    flat_groups = True
+
     __slots__ = ("_by_tokens", "_load")
 
     def __init__(self, load: str = "requests") -> None:

@@ -18,6 +18,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
+from radixmeta._batch import PrefixGroups
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -29,6 +31,7 @@ __all__ = [
     "EngineLoad",
     "Policy",
     "BatchPolicy",
+    "PrefixGroups",
     "Request",
     "View",
     "extra_requests",
@@ -237,8 +240,29 @@ class BatchPolicy(Policy, Protocol):
 
     ``views[i]`` is request ``i``'s view before any decision of the batch;
     ``groups`` lists, per shared-prefix group the router found, the indices of its
-    requests (every index in exactly one group) and the length they share. The
-    result is one worker (or choice) per request, in input order.
+    requests (every index in exactly one group) and the length they share: each
+    group unpacks as ``(members, shared)``. The result is one worker (or choice) per
+    request, in input order.
+
+    A policy that sets ``flat_groups = True`` (a class attribute; every built-in
+    does) is handed the router's :class:`~radixmeta._batch.PrefixGroups` itself:
+    its groups are plain ``(members, shared)`` tuples, and its lists
+    ``groups.partner``, ``groups.common`` and ``groups.own`` give, by batch index,
+    each request's partner (the earlier request of the batch it shares the most
+    whole pages with, ``-1`` for none), the tokens it shares with it, and its
+    tokens shared with no earlier member of its group. It is read-only, as the
+    views are (``list(groups)`` is a list of the policy's own to reorder).
+
+    Deprecated: a policy that does not set it is handed, for this release, a list
+    of its own of :class:`~radixmeta._batch.PrefixGroup`, each group also listing
+    per member its ``partners``, ``common`` and ``own``, and a
+    :class:`DeprecationWarning` names its ``choose_batch`` (once per method under
+    Python's default filters). In the next release every policy gets the
+    PrefixGroups. To migrate, set ``flat_groups = True`` and read
+    ``groups.partner[k]`` where ``group.partners[j]`` was read, ``k`` being
+    ``members[j]`` (``common`` and ``own`` alike); a policy that only unpacks
+    ``(members, shared)`` just sets it. ``flat_groups`` is not a member of the
+    protocol: ``isinstance(policy, BatchPolicy)`` does not look for it.
     """
 
     def choose_batch(

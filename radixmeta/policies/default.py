@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from radixmeta._workers import WorkerId
-from radixmeta.policies._in_order import decide_in_order
+from radixmeta.policies._in_order import decide_in_order, links
 from radixmeta.policies._params import ReportedExtra, check_number, new_choice
 from radixmeta.policies.base import Choice, EngineLoad, Request, View
 from radixmeta.policies.costs import (
@@ -293,6 +293,9 @@ class DefaultPolicy:
     DefaultPolicy(prefill='mistral_7b_a6000', work_weight=1.0, host_weight=0.75)
     """
 
+    #: choose_batch takes the router's PrefixGroups (BatchPolicy's docstring).
+    flat_groups = True
+
     __slots__ = (
         "_capacities",
         "_decode",
@@ -488,8 +491,13 @@ class DefaultPolicy:
         fast = _FAST_PATHS
         single = _Piece.single
         even: dict[float, list[float]] = {}  # the rows of pieces that cost the same everywhere
-        for g, group in enumerate(groups):
-            indices, shared = group
+        # The router's groups name each request's partner in its group; a caller's own
+        # may not, and then every member shares only its group's prefix.
+        linked = links(len(requests), groups)
+        if linked is None:
+            linked = [-1] * len(requests), [0] * len(requests)
+        partner, common = linked
+        for g, (indices, shared) in enumerate(groups):
             if fast and len(indices) == 1:  # a group of one: no partner inside it
                 i = indices[0]
                 view = views[i]
@@ -500,15 +508,9 @@ class DefaultPolicy:
                 continue
             if not indices:
                 continue
-            # The router's groups give each member's partner in the group; a user's
-            # groups may not, and then every member shares only the group's prefix.
-            partners = getattr(group, "partners", None)
-            common = getattr(group, "common", None)
-            if partners is None or common is None or len(partners) != len(indices):
-                partners, common = [-1] * len(indices), [0] * len(indices)
             members = [
-                _Member(i, len(requests[i].tokens), p, c, _held(views[i]))
-                for i, p, c in zip(indices, partners, common, strict=True)
+                _Member(i, len(requests[i].tokens), partner[i], common[i], _held(views[i]))
+                for i in indices
             ]
             whole.append(_Piece(g, members, min(shared, min(m.length for m in members))))
         fair = (sum(queued) + sum(piece.cold for piece in whole)) / n

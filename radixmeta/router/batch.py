@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from radixmeta._batch import PrefixGroups, prefix_groups
+from radixmeta._batch import PrefixGroups, legacy_groups, prefix_groups, warn_legacy_groups
 from radixmeta._keys import check_int, check_namespace
 from radixmeta._workers import WorkerId
 from radixmeta.errors import InputTypeError, InvalidInputError, PolicyError
@@ -199,17 +199,25 @@ def by_policy(
     matches: list[Any],
     groups: PrefixGroups,
     estimate: Expected | None = None,
+    *,
+    flat: bool,
 ) -> Plan:
     """Every request decided by the policy's ``choose_batch``, from views that all show
     the loads before any decision of the batch; and what each finds on its worker.
-    ``estimate``: :func:`expected_of`'s, shown as each view's ``expected``."""
+    ``estimate``: :func:`expected_of`'s, shown as each view's ``expected``. ``flat``:
+    the policy sets ``flat_groups`` and is handed ``groups`` itself; otherwise it is
+    handed a list of the deprecated ``PrefixGroup`` made from them, with a warning."""
+    if flat:
+        handed: Sequence[tuple[Sequence[int], int]] = groups
+    else:
+        warn_legacy_groups(choose_batch)  # before anything is made: it may raise
+        handed = legacy_groups(groups)
     every = [m.length_list for m in matches]
     held = None if estimate is None else estimate.rows()
     shared = registry.aligned()  # one copy for every view (views are read-only)
     expected = held if held is not None else [None] * len(every)
     views = registry.views(matches, every, shared, expected)
-    # The policy's own list of the groups (it may reorder it, as its packing order).
-    choices = choose_batch(requests, views, list(groups))
+    choices = choose_batch(requests, views, handed)
     if not isinstance(choices, (list, tuple)) or len(choices) != len(requests):
         msg = (
             f"choose_batch must return one choice per request ({len(requests)}), "

@@ -197,6 +197,8 @@ class Router:
             self._choose_batch = (
                 resolved.choose_batch if isinstance(resolved, BatchPolicy) else None
             )
+            # A batch policy that reads the batch's PrefixGroups (BatchPolicy's docstring).
+            self._flat_groups = getattr(resolved, "flat_groups", False) is True
             self._on_dispatch = getattr(resolved, "on_dispatch", None)
             self._on_finish = getattr(resolved, "on_finish", None)
             rank = getattr(resolved, "rank", None)
@@ -618,8 +620,8 @@ class Router:
 
         Python's cyclic garbage collector is paused while the batch is decided
         (the batch's objects are not garbage, and walking them again and again
-        was about half of a large batch's time); it runs again when the call
-        returns or raises.
+        makes a 100,000-request batch take 1.5 to 2.1 times the CPU); it runs
+        again when the call returns or raises, and is left alone when it was off.
         """
         with collector_paused():
             return self._dispatch_batch(requests)
@@ -663,7 +665,8 @@ class Router:
             held = batch.expected_of(registry, self._estimate, requests_, matches)
             if self._choose_batch is not None:
                 plan = batch.by_policy(
-                    registry, self._choose_batch, requests_, matches, groups, held
+                    registry, self._choose_batch, requests_, matches, groups, held,
+                    flat=self._flat_groups,
                 )
             else:
                 plan = batch.by_groups(
