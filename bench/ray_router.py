@@ -33,6 +33,11 @@ per cell, in workload order) on three workloads:
 ``evict``     ``gsp`` again, on replicas that cache only ``--evict-capacity`` tokens:
               an approximate tree that never forgets drifts from the caches
 
+The stand-ins evict by pages (``--granularity page``, vLLM's block pool, which is
+what radixmeta's approximate model does) or by whole radix leaves (``node``, SGLang's
+tree; before that option the stand-ins evicted by leaves, and radixmeta's model kept
+the heads of the prompts they dropped: ``bench/ray_standin_drift.py``).
+
 Measured per cell: the replicas' real hit rate (cached / prompt tokens, as each
 replica's ``RadixCache`` found them), the stand-in latency p50 / p99 (queue wait for the
 prefill slot plus the prefill, as each replica timed it), the client's end-to-end
@@ -305,7 +310,7 @@ def run_cell(workload: str, prompts: list[str], replicas: int, router: str,
     try:
         handle = serve.run(
             deployment.bind(page_size=args.page_size, capacity=capacity, events=exact,
-                            time_scale=args.time_scale),
+                            time_scale=args.time_scale, granularity=args.granularity),
             name=app, route_prefix=None,
         )
         # One tiny request builds the router here; exact mode then waits for its feeds.
@@ -498,6 +503,9 @@ def main() -> None:
                    help="tokens a replica caches in the evict workload (default 2048)")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="multiplies every stand-in prefill time")
+    p.add_argument("--granularity", choices=("page", "node"), default="page",
+                   help="what a stand-in's eviction frees: a page (vLLM's block pool, the "
+                   "default) or a whole radix leaf (SGLang's tree)")
     p.add_argument("--gsp-groups", type=int, default=16)
     p.add_argument("--gsp-system", type=int, default=1024, help="system prompt tokens")
     p.add_argument("--gsp-question", type=int, default=64, help="question tokens")

@@ -133,13 +133,16 @@ def tokens(prefix: int, tail: int, tag: int) -> np.ndarray:
     return np.concatenate([shared, np.full(tail, 100_000 + tag, dtype=np.uint32)])
 
 
-def router_with_a_prefix(mode: str = "approximate") -> tuple[Router, Always, Any]:
+def router_with_a_prefix() -> tuple[Router, Always, Any]:
+    """Exact mode (an approximate router's estimate is its match: test_router_estimate):
+    worker a reported the first prompt's pages after it ran."""
     policy = Always()
-    router = Router(policy=policy, mode=mode)
+    router = Router(policy=policy)
     a = router.add_worker("a", capacity=10_000)
     router.add_worker("b", capacity=10_000)
-    first = router.dispatch(tokens(4000, 100, 0))  # the modelled cache keeps it after
+    first = router.dispatch(tokens(4000, 100, 0))
     router.finish(first.request_id)
+    router.tree.insert(tokens(4000, 100, 0), a)
     return router, policy, a
 
 
@@ -212,12 +215,13 @@ def test_the_estimate_is_aligned_with_the_views_workers_when_some_are_down() -> 
     # on the dispatch path, the batch path of choose_batch, and that of choose by groups.
     for policy_name in ("longest_prefix", "cache_aware"):
         spy = Always()
-        router = Router(policy=spy, mode="approximate")
+        router = Router(policy=spy)  # exact: a reports what it holds
         a = router.add_worker("a", capacity=10_000)
         down = router.add_worker("b", capacity=10_000)
         c = router.add_worker("c", capacity=10_000)
         router.mark_down(down)
-        router.finish(router.dispatch(tokens(4000, 100, 0)).request_id)  # a holds it
+        router.finish(router.dispatch(tokens(4000, 100, 0)).request_id)
+        router.tree.insert(tokens(4000, 100, 0), a)  # a holds it
         router.dispatch(np.arange(500_000, 503_000, dtype=np.uint32))  # 3,000 queued on a
         d = router.dispatch(tokens(4000, 100, 1))
         view = spy.views[-1]

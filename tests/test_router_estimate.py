@@ -1,5 +1,9 @@
 """The router's estimate protects every prefix that a request in flight on a worker starts with.
 
+In exact mode: there the tree is what the workers reported, and the prompts queued
+ahead are not written yet. An approximate router's tree is its own model, which has
+written them at their dispatch, so its estimate is its match (the last tests).
+
 ``View.expected`` cuts a worker's match by what its queued prefills are expected to
 evict first, unless a request in flight there starts with the matched prefix (it
 locks it while it runs: :mod:`radixmeta.router.estimate`). The router tells that by a
@@ -40,7 +44,7 @@ def prompt(head: int, tail: int, tail_seed: int) -> list[int]:
     return list(range(1, head + 1)) + [10_000 + tail_seed * 1000 + i for i in range(tail)]
 
 
-def approximate(n: int = 3, capacity: int = 4096, mode: str = "approximate") -> Any:
+def bounded(n: int = 3, capacity: int = 4096, mode: str = "exact") -> Any:
     policy = Pinned()
     router = Router(PAGE, policy=policy, mode=mode)
     for i in range(n):
@@ -49,7 +53,7 @@ def approximate(n: int = 3, capacity: int = 4096, mode: str = "approximate") -> 
 
 
 def test_a_prefix_an_in_flight_request_is_writing_is_not_cut() -> None:
-    router, policy = approximate()
+    router, policy = bounded()
     # A (a 1,024-token prefix and its own 256) and then D (unrelated) queue on w0.
     router.dispatch(prompt(1024, 256, 1), request_id="A")
     router.dispatch(prompt(0, 512, 9), request_id="D")
@@ -64,8 +68,10 @@ def test_a_prefix_an_in_flight_request_is_writing_is_not_cut() -> None:
     assert unprotected[0] < 1024  # what the estimate said before
     router.finish("B")
     # Once A ends, nothing in flight on w0 starts with the prefix: D's 512 queued
-    # writes cut it by the unprotected share.
+    # writes cut it by the unprotected share. (The workers report what A and B stored.)
     router.finish("A")
+    router.tree.insert(prompt(1024, 256, 1), router.workers[0])
+    router.tree.insert(prompt(1024, 256, 2), router.workers[2])
     c = router.dispatch(prompt(1024, 256, 3), request_id="C")
     assert c._view.lengths == [1024, 0, 1024]  # B's insert on w2: head is w1's 0
     want = expected_lengths([1024, 0, 1024], [4096] * 3, [512, 0, 0], PAGE)
@@ -73,7 +79,7 @@ def test_a_prefix_an_in_flight_request_is_writing_is_not_cut() -> None:
 
 
 def test_a_request_in_flight_elsewhere_protects_nothing_here() -> None:
-    router, policy = approximate()
+    router, policy = bounded()
     router.dispatch(prompt(1024, 0, 0), request_id="A")  # w0 holds the prefix
     router.dispatch(prompt(0, 1500, 9), request_id="D")  # and queues writes
     policy.target = 1
@@ -87,7 +93,7 @@ def test_a_request_in_flight_elsewhere_protects_nothing_here() -> None:
 
 
 def test_the_in_flight_tree_empties_and_a_reused_index_inherits_nothing() -> None:
-    router, policy = approximate(n=2)
+    router, policy = bounded(n=2)
     router.dispatch(prompt(1024, 64, 1), request_id="A")
     router.dispatch(prompt(0, 900, 9), request_id="D")
     inflight = router._estimate.inflight
@@ -109,11 +115,12 @@ def test_the_in_flight_tree_empties_and_a_reused_index_inherits_nothing() -> Non
 
 
 def test_namespaces_are_apart_in_the_protection() -> None:
-    router, policy = approximate()
+    router, policy = bounded()
     router.dispatch(prompt(1024, 256, 1), request_id="A", namespace="lora:x")
     router.dispatch(prompt(1024, 0, 0), request_id="P")  # the prefix, no namespace
     router.dispatch(prompt(0, 1000, 9), request_id="D")
     router.finish("P")
+    router.tree.insert(prompt(1024, 0, 0), router.workers[0])  # w0 reports P's pages
     policy.target = 2
     b = router.dispatch(prompt(1024, 64, 2), request_id="B")
     # Only lora:x's request is in flight on w0: the plain prefix is not protected.
@@ -123,7 +130,7 @@ def test_namespaces_are_apart_in_the_protection() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    mode=st.sampled_from(["approximate", "exact"]),
+    mode=st.sampled_from(["exact"]),
     ops=st.lists(
         st.tuples(
             st.sampled_from(["dispatch", "dispatch", "finish"]),
@@ -139,7 +146,7 @@ def test_namespaces_are_apart_in_the_protection() -> None:
 def test_protection_is_exactly_an_in_flight_prompt_starting_with_the_prefix(
     mode: str, ops: list[tuple[str, int, int, int, int]]
 ) -> None:
-    router, policy = approximate(capacity=2048, mode=mode)
+    router, policy = bounded(capacity=2048, mode=mode)
     open_: list[str] = []
     for n, (op, target, family, pages, own) in enumerate(ops):
         if op == "finish":
@@ -169,3 +176,35 @@ def test_protection_is_exactly_an_in_flight_prompt_starting_with_the_prefix(
     for rid in open_:
         router.finish(rid)
     assert len(router._estimate.inflight) == 0
+
+
+def test_an_approximate_routers_estimate_is_its_match() -> None:
+    # w0 holds a 1,024-token prefix in the model; D queues 1,500 uncached tokens there.
+    # The model wrote D's prompt at its dispatch and trimmed w0 to its capacity, so
+    # what is left of the prefix is what the writes queued ahead leave: B's match.
+    router, policy = bounded(capacity=4096, mode="approximate")
+    router.dispatch(prompt(1024, 0, 0), request_id="A")
+    router.finish("A")
+    router.dispatch(prompt(0, 1500, 9), request_id="D")
+    policy.target = 1
+    b = router.dispatch(prompt(1024, 64, 1), request_id="B")
+    assert b._view.lengths[0] == 1024
+    assert b._view.expected == b._view.lengths
+    # The rule would have cut it again (the old estimate: each write counted twice).
+    assert expected_lengths(b._view.lengths, [4096] * 3, [1500, 0, 0], PAGE)[0] < 1024
+    assert len(router._estimate.inflight) == 0  # nothing held in flight
+    # Past the capacity, the model itself lets the prefix go.
+    policy.target = 0
+    router.dispatch(prompt(0, 3000, 8), request_id="E")
+    assert router.tree.match(prompt(1024, 64, 2)).length_list[0] < 1024
+
+
+def test_an_approximate_batch_expects_its_matches() -> None:
+    router, _ = bounded(capacity=4096, mode="approximate")
+    router.dispatch(prompt(1024, 0, 0), request_id="A")
+    router.finish("A")
+    router.dispatch(prompt(0, 1500, 9), request_id="D")
+    decided = router.dispatch_batch([prompt(1024, 64, 1), prompt(1024, 64, 2)])
+    for d in decided:
+        assert d._view.expected is None or d._view.expected == d._view.lengths
+        assert d.matched == d._view.lengths[d._view.workers.index(d.worker)]

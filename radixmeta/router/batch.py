@@ -186,8 +186,9 @@ def expected_of(
     registry: Registry, estimate: Estimate, requests: list[Request], matches: list[Any]
 ) -> Expected | None:
     """What the batch's requests are expected to find per worker (:class:`Expected`);
-    ``None`` when the router makes no estimate (no capacity known)."""
-    if not registry.bounded:
+    ``None`` when the router makes no estimate (no capacity known, or an approximate
+    router's: its match is its estimate)."""
+    if not registry.bounded or estimate.modelled:
         return None
     return Expected(registry, estimate, requests, matches)
 

@@ -166,7 +166,8 @@ class Router:
         )
         self._registry = Registry(self.tree)
         # What a worker will still hold when a request runs there (View.expected).
-        self._estimate = Estimate(self.tree.page_size)
+        # Approximate: the tree is the router's model, which has written the queues.
+        self._estimate = Estimate(self.tree.page_size, modelled=not self._exact)
         self._clock = clock
         self._lock = threading.RLock()  # re-entrant: a policy hook may call the router
         self._closed = False

@@ -19,13 +19,22 @@ prefill time of the prompt's uncached tokens, times ``time_scale``; so the cache
 show in the latency. A request's ``seconds`` is its wait for the prefill slot plus its
 prefill; no decode is modelled. The cache stores each prompt after its prefill and
 evicts least recently used pages past ``capacity``.
+
+Eviction (``granularity``): ``"page"`` (the default) frees one page at a time, the
+least recently used first and the deepest of a path first, as vLLM's block pool
+does (each block is evicted on its own); the cache keeps every page in a node of
+its own so that its leaf eviction frees exactly what is needed. ``"node"`` frees
+whole leaves of the radix tree, as SGLang's tree does: past the capacity by one
+page, a leaf that is a whole 1,024-token system prompt goes at once. A router's
+approximate model (:class:`~radixmeta.MetaTree` with a capacity) evicts by pages,
+so on ``"node"`` replicas it keeps the heads of prompts the replicas dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from radixmeta.cache import RadixCache
@@ -45,6 +54,7 @@ __all__ = ["StandinReplica"]
 _LOOPBACK = "tcp://127.0.0.1:*"  # an ephemeral port on loopback only
 _ENGINE_ENCODERS = {"vllm": vllm.encode_batch, "sglang": sglang.encode_batch}
 _EVENT_FORMATS = ("native", *_ENGINE_ENCODERS)
+_GRANULARITIES = ("page", "node")
 
 
 def _replica_name() -> str:
@@ -77,6 +87,9 @@ class StandinReplica:
         A :mod:`radixmeta.policies.costs` prefill model.
     time_scale : float, default 1.0
         Multiplies every prefill time (0: prefills take no time).
+    granularity : {"page", "node"}, default "page"
+        What an eviction frees (module docstring): a page at a time (vLLM's block
+        pool) or a whole leaf of the radix tree (SGLang's).
     name : str, optional
         Its worker name; by default the Serve replica id (``to_full_id_str()``).
     """
@@ -90,12 +103,17 @@ class StandinReplica:
         tokenizer: str | None = None,
         prefill_model: str = costs.DEFAULT_PREFILL,
         time_scale: float = 1.0,
+        granularity: str = "page",
         name: str | None = None,
     ) -> None:
         codec = "native" if events is True else events or None
         if codec is not None and codec not in _EVENT_FORMATS:
             msg = f"events must be a bool or one of {', '.join(_EVENT_FORMATS)}, got {events!r}"
             raise InvalidInputError(msg)
+        if granularity not in _GRANULARITIES:
+            msg = f"granularity must be 'page' or 'node', got {granularity!r}"
+            raise InvalidInputError(msg)
+        self.granularity = granularity
         self.name = _replica_name() if name is None else name
         self.page_size = page_size
         self.capacity = capacity
@@ -157,7 +175,7 @@ class StandinReplica:
                 seconds = self.prefill_time(len(tokens) - cached, len(tokens)) * self.time_scale
                 if seconds > 0:
                     await asyncio.sleep(seconds)
-                self.cache.insert(tokens, namespace=namespace)
+                self._store(tokens, namespace, cached)
                 self._publish()
             finally:
                 self.running -= 1
@@ -171,6 +189,21 @@ class StandinReplica:
             "prefill_seconds": seconds,
             "seconds": time.perf_counter() - arrived,
         }
+
+    def _store(self, tokens: Any, namespace: Hashable, cached: int) -> None:
+        """Insert a prompt whose first ``cached`` tokens the cache holds, by its granularity.
+
+        By pages, each new page is a node of its own: the prompt's prefixes are
+        inserted one page longer each time (O(pages x path) in all), so the cache's
+        leaf eviction frees a page at a time, the deepest of a path first (every
+        node of the path is stamped by the last insert; only leaves are freed).
+        """
+        if self.granularity == "node":
+            self.cache.insert(tokens, namespace=namespace)
+            return
+        page = self.page_size
+        for end in range(cached + page, len(tokens) + 1, page):
+            self.cache.insert(tokens[:end], namespace=namespace)
 
     def _publish(self) -> None:
         """Send the cache's new events (what an engine does after each scheduler step)."""
