@@ -342,3 +342,24 @@ def test_the_packed_path_prices_a_queue_at_its_workers_own_rate() -> None:
     policy.choose_batch([request(500, "turn")], [view([0, 0])], groups)  # one turn more
     (again,) = policy.choose_batch([request(500, "later")], [v], groups)
     assert again.worker == v.workers[0]
+
+
+def test_a_vanishing_reported_kv_share_prices_a_packed_batch_finitely(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A kv_usage of 2.2e-308 (found by hypothesis) is under one token in use: the
+    # memory wait divided by it, overflowed to inf and left NaN loads in the packing.
+    monkeypatch.setattr(default_module, "IN_ORDER_BUDGET", 0.0)
+    router = Router(1, policy=DefaultPolicy())
+    workers = [router.add_worker("w0", capacity=2)]
+    case: dict[str, Any] = {
+        "in_flight": [([], False), ([0], False)],
+        "held": [],
+        "reports": [(0, 2.2250738585072014e-308)],
+    }
+    load_fleet(router, workers, case)
+    decisions = router.dispatch_batch([np.array([0], dtype=np.uint32)] * 2)
+    for decision in decisions:
+        loads = dict(decision.detail)
+        assert np.isfinite(loads["worker_tokens"]), decision.detail
+    router.close()

@@ -1052,7 +1052,10 @@ class DefaultPolicy:
         else:
             used = float(decoding)
         short = need + reserve - (capacity - used)
-        if short <= 0.0 or used <= 0.0:
+        # Under one token in use is an empty pool (the decode step reads int(used)), and
+        # dividing by such a share (a reported kv_usage of 1e-308) overflowed to inf,
+        # whose sums became NaN loads in the packing.
+        if short <= 0.0 or used < 1.0:
             return 0.0
         running = report.running if report is not None and report.running else requests
         if running <= 0:
