@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _callgrind import child_instructions
 
 
 def child(requests: int, run: bool) -> None:
@@ -53,23 +52,7 @@ def child(requests: int, run: bool) -> None:
 
 def instructions(root: Path, requests: int, run: bool) -> int:
     """Instructions of the child program under callgrind (the whole process)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'bench'}",
-               "OPENBLAS_NUM_THREADS": "1"}
-        command = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out",
-            sys.executable, str(Path(__file__).resolve()), "--child", str(requests),
-            "run" if run else "none",
-        ]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-2000:])
-        text = Path(scratch, "out").read_text()
-    found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
-    if found is None:
-        msg = "no instruction total in callgrind's output"
-        raise SystemExit(msg)
-    return int(found.group(1))
+    return child_instructions(__file__, root, [str(requests), "run" if run else "none"])
 
 
 def main() -> None:

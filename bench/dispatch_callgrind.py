@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _callgrind import child_instructions
 
 MODES = ("exact", "approximate")
 
@@ -61,19 +60,7 @@ def child(requests: int, mode: str) -> None:
 
 def instructions(root: Path, requests: int, mode: str) -> int:
     """The instructions callgrind collected for one child run in ``root``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'bench'}",
-               "OPENBLAS_NUM_THREADS": "1"}
-        command = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out",
-            sys.executable, __file__, "--child", str(requests), mode,
-        ]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode != 0 or found is None:
-            msg = f"callgrind run failed in {root}:\n{done.stderr[-2000:]}"
-            raise SystemExit(msg)
-        return int(found.group(1))
+    return child_instructions(__file__, root, [str(requests), mode])
 
 
 def main(argv: list[str] | None = None) -> int:
